@@ -1,0 +1,107 @@
+"""ModelConfig: the sizes of a transformer, validated with messages that name the field.
+
+Field names follow TransformerLens's ``HookedTransformerConfig`` so a config reads the same in both.
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+__all__ = ["ModelConfig", "divisors"]
+
+NORMALIZATIONS = ("LN", None)
+POSITIONALS = ("standard", "shortformer")
+LIMITS = {"n_layers": (0, 48), "d_model": (1, 8192), "n_heads": (1, 256), "d_head": (1, 1024),
+          "d_vocab": (2, 200_000), "n_ctx": (1, 8192), "d_mlp": (1, 32768)}
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of n, ascending: the head counts a d_model of n allows."""
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Sizes and switches of a transformer (TransformerLens names).
+
+    ``d_head`` defaults to ``d_model // n_heads``; ``d_mlp=None`` means attention-only;
+    ``normalization`` is ``"LN"`` or ``None``; ``positional="shortformer"`` adds the positional
+    embedding to the queries' and keys' input only, never to the residual stream.
+    """
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_vocab: int
+    n_ctx: int
+    d_head: int | None = None
+    d_mlp: int | None = None
+    normalization: str | None = None
+    positional: str = "standard"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, (low, high) in LIMITS.items():
+            value = getattr(self, name)
+            if value is None and name in ("d_head", "d_mlp"):
+                continue
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{name}={value!r} must be a whole number")
+            if not low <= value <= high:
+                raise ValueError(f"{name}={value} is out of range; choose {name} between {low} and {high}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"seed={self.seed!r} must be a whole number ≥ 0")
+        if self.d_head is None:
+            if self.d_model % self.n_heads:
+                allowed = ", ".join(str(k) for k in divisors(self.d_model)[:12])
+                more = ", …" if len(divisors(self.d_model)) > 12 else ""
+                raise ValueError(
+                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                    f"choose n_heads in {{{allowed}{more}}} or set d_head explicitly"
+                )
+            object.__setattr__(self, "d_head", self.d_model // self.n_heads)
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization={self.normalization!r} is not known; choose 'LN' or None")
+        if self.positional not in POSITIONALS:
+            raise ValueError(f"positional={self.positional!r} is not known; choose 'standard' or 'shortformer'")
+
+    @property
+    def attn_only(self) -> bool:
+        return self.d_mlp is None
+
+    def n_params(self) -> int:
+        """Number of learned numbers (weights and biases)."""
+        d, h, dh, per_layer = self.d_model, self.n_heads, self.d_head, 0
+        per_layer += 4 * h * d * dh + 3 * h * dh + d          # W_Q, W_K, W_V, W_O, b_Q/K/V, b_O
+        if not self.attn_only:
+            per_layer += 2 * d * self.d_mlp + self.d_mlp + d  # W_in, W_out, b_in, b_out
+        if self.normalization == "LN":
+            per_layer += 2 * d * (1 if self.attn_only else 2)
+        final_ln = 2 * d if self.normalization == "LN" else 0
+        return self.d_vocab * d + self.n_ctx * d + self.n_layers * per_layer + final_ln + d * self.d_vocab + self.d_vocab
+
+    def estimate_mb(self, batch: int, bytes_per_number: int = 4) -> float:
+        """Weights plus the activations ``run_with_cache`` keeps for ``batch`` full-length sequences, in MB."""
+        b, p, d, h, dh = batch, self.n_ctx, self.d_model, self.n_heads, self.d_head
+        per_layer = 4 * b * p * d                 # resid_pre, attn_out, resid_mid/post, normalized input
+        per_layer += 4 * b * p * h * dh           # q, k, v, z
+        per_layer += 2 * b * h * p * p            # attn_scores, pattern
+        per_layer += b * p * h * d                # per-head results
+        if not self.attn_only:
+            per_layer += 2 * b * p * self.d_mlp + b * p * d
+        activations = 2 * b * p * d + self.n_layers * per_layer + b * p * self.d_vocab
+        masks = self.n_layers * p * p             # the causal-mask buffers (one byte each)
+        return ((self.n_params() + activations) * bytes_per_number + masks) / 1e6
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ModelConfig":
+        fields = json.loads(text)
+        if not isinstance(fields, dict):
+            raise ValueError("the config is not a JSON object")
+        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"the config has unknown fields: {', '.join(sorted(unknown))}")
+        return cls(**fields)

@@ -1,0 +1,55 @@
+"""Device and precision policy, chosen once per process, and the memory budget.
+
+On import: the device is picked (CUDA when present, else CPU; ``MECHLIB_DEVICE`` forces one),
+float32 matmuls are pinned to IEEE precision (no TF32, so identities hold to float32 bounds),
+and torch's intra-op thread count is set once (``MECHLIB_THREADS``, default: all cores).
+"""
+
+import os
+
+import torch
+
+__all__ = ["DEVICE", "BudgetError", "budget_mb", "require_budget", "device_label"]
+
+
+def _pick_device() -> torch.device:
+    forced = os.environ.get("MECHLIB_DEVICE", "").strip()
+    if not forced:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(forced)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"MECHLIB_DEVICE={forced!r} asks for CUDA, but torch sees no CUDA device")
+    return device
+
+
+DEVICE: torch.device = _pick_device()
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+torch.set_float32_matmul_precision("highest")
+torch.set_num_threads(int(os.environ.get("MECHLIB_THREADS", os.cpu_count() or 1)))
+
+
+class BudgetError(ValueError):
+    """A computation whose estimated memory is above the per-request budget."""
+
+
+def budget_mb() -> float:
+    """Memory one request may use, in MB (``MECHLIB_MEMORY_BUDGET_MB``, default 1024)."""
+    return float(os.environ.get("MECHLIB_MEMORY_BUDGET_MB", 1024))
+
+
+def require_budget(estimate_mb: float, what: str) -> None:
+    """Refuse ``what`` when its estimate is above the budget, saying both figures."""
+    if estimate_mb > budget_mb():
+        raise BudgetError(
+            f"{what} would need about {estimate_mb:,.0f} MB, above this server's budget of "
+            f"{budget_mb():,.0f} MB per request; choose smaller sizes"
+        )
+
+
+def device_label() -> str:
+    """'CPU' or the GPU's name, for the sidebar badge."""
+    if DEVICE.type == "cuda":
+        return f"GPU: {torch.cuda.get_device_name(DEVICE)}"
+    return f"CPU ({torch.get_num_threads()} threads)"

@@ -1,0 +1,157 @@
+"""The Equivalence page's experiment: concat-then-project equals project-per-head-then-sum.
+
+W_O is H row blocks of size d_head × d_model stacked: row r of the concatenated W_O is row
+r mod d_head of head r // d_head's block. So concat(z_1 … z_H) @ W_O = Σ_h z_h @ W_O[h].
+``run`` builds random weights from a seed, computes both readings in float32 and float64 and
+returns plain values (numbers, numpy arrays) that a cache can keep.
+"""
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mechlib import attention
+from mechlib.config import ModelConfig
+from mechlib.device import DEVICE, budget_mb, require_budget
+
+__all__ = ["SEED_SIZES", "TOLERANCE", "Check", "EquivalenceResult", "steps", "estimate_mb", "onehot_budget_mb", "run", "wo_row_owner"]
+
+SEED_SIZES = {"batch": 1, "seq": 20, "d_vocab": 50_000, "d_model": 512, "n_heads": 8}
+# |a − b| ≤ tol · max(1, |reference|), element-wise.
+TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One identity checked numerically: the largest |a − b| and the scaled bound it must meet."""
+
+    max_abs_diff: float
+    max_scaled_diff: float  # max |a − b| / max(1, |reference|)
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.max_scaled_diff <= self.tolerance
+
+
+def compare(a: torch.Tensor, reference: torch.Tensor, tolerance: float) -> Check:
+    diff = (a - reference).abs()
+    scaled = diff / reference.abs().clamp(min=1.0)
+    return Check(float(diff.max()), float(scaled.max()), tolerance)
+
+
+@dataclass(frozen=True)
+class EquivalenceResult:
+    checks: dict[str, Check]          # dtype name -> concat vs per-head-sum, at that precision
+    time_ms: dict[str, float]         # reading -> median time in the chosen dtype
+    lookup: Check | None              # one-hot @ W_E vs W_E[tokens]; None when it would not fit
+    onehot_mb: float                  # memory the one-hot input needs in the chosen dtype
+    head_norms: np.ndarray            # [head] ‖result_h‖ at the chosen position
+    head_results: np.ndarray          # [head, d_model] result_h at the chosen position
+    attn_out: np.ndarray              # [d_model] concat-then-project at the chosen position
+    position_check: Check             # Σ_h result_h vs attn_out at the chosen position
+    wo_block_check: bool              # W_O concat rows equal the stacked per-head blocks exactly
+
+
+def steps(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> list[dict[str, str]]:
+    """The seed's step table with live shapes; the last four rows are the two readings' endings."""
+    B, S, V, D, H, L = batch, seq, d_vocab, d_model, n_heads, d_model // n_heads
+    rows = [
+        ("1", "one-hot input", f"{B} × {S} × {V:,}", "B × S × V"),
+        ("2", "× W_E (V × D): embeddings", f"{B} × {S} × {D}", "B × S × D"),
+        ("3", "+ W_pos[:S] (S × D): positions", f"{B} × {S} × {D}", "B × S × D"),
+        ("4", "× W_Q, W_K, W_V (H × D × d_head): Q, K, V per head", f"{B} × {H} × {S} × {L}", "B × H × S × d_head"),
+        ("5", "Q Kᵀ per head: scores", f"{B} × {H} × {S} × {S}", "B × H × S × S"),
+        ("6", "÷ √d_head, causal mask, softmax: pattern", f"{B} × {H} × {S} × {S}", "B × H × S × S"),
+        ("7", "pattern · V: z", f"{B} × {H} × {S} × {L}", "B × H × S × d_head"),
+        ("8a", "concat: concatenate the heads' z", f"{B} × {S} × {D}", "B × S × D"),
+        ("9a", "× W_O (D × D)", f"{B} × {S} × {D}", "B × S × D"),
+        ("8b", "× each head's W_O slice (d_head × D)", f"{B} × {S} × {H} × {D}", "B × S × H × D"),
+        ("9b", "sum over H", f"{B} × {S} × {D}", "B × S × D"),
+    ]
+    return [{"step": s, "operation": op, "shape": shape, "symbols": sym} for s, op, shape, sym in rows]
+
+
+def estimate_mb(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> float:
+    """Memory of ``run`` without the optional one-hot product: W_E in float32 plus, at 8 bytes a
+    number, the embeddings, q/k/v/z, scores and pattern, both readings' outputs and the weights."""
+    B, S, V, D, H = batch, seq, d_vocab, d_model, n_heads
+    return (4 * V * D + 8 * (6 * B * S * D + 2 * B * H * S * S + B * S * H * D + 4 * D * D)) / 1e6
+
+
+def onehot_budget_mb() -> float:
+    """The one-hot product B×S×V @ W_E may use 1/8 of the request budget; above it only the lookup runs."""
+    return budget_mb() / 8
+
+
+def wo_row_owner(row: int, d_head: int) -> tuple[int, int]:
+    """Row r of the concatenated W_O is row r mod d_head of head r // d_head's block."""
+    return row // d_head, row % d_head
+
+
+def _median_ms(fn, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return float(np.median(times))
+
+
+@torch.inference_mode()
+def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
+        dtype: str = "float32", position: int = 0) -> EquivalenceResult:
+    """Both readings on the same random weights and tokens; see ``EquivalenceResult``."""
+    cfg = ModelConfig(n_layers=1, d_model=d_model, n_heads=n_heads, d_vocab=d_vocab, n_ctx=seq, seed=seed)
+    if not 1 <= batch <= 64:
+        raise ValueError(f"batch={batch} is out of range; choose batch between 1 and 64")
+    if not 0 <= position < seq:
+        raise ValueError(f"position={position} is outside the sequence; choose 0 … {seq - 1}")
+    H, D, L, V = n_heads, d_model, cfg.d_head, d_vocab
+    require_budget(estimate_mb(batch, seq, d_vocab, d_model, n_heads), "this attention layer")
+
+    g = torch.Generator().manual_seed(seed)
+    W_E = torch.randn(V, D, generator=g)                           # [d_vocab d_model]
+    W_pos = torch.randn(seq, D, generator=g)                       # [pos d_model]
+    W_Q, W_K, W_V = (torch.randn(H, D, L, generator=g) / D**0.5 for _ in range(3))  # [head d_model d_head]
+    W_O = torch.randn(H, L, D, generator=g) / D**0.5               # [head d_head d_model]
+    tokens = torch.randint(0, V, (batch, seq), generator=g)        # [batch pos]
+
+    onehot_mb = batch * seq * V * DTYPES[dtype].itemsize / 1e6
+    lookup = None
+    if onehot_mb <= onehot_budget_mb():
+        W_E_d = W_E.to(DEVICE, DTYPES[dtype])
+        one_hot = torch.nn.functional.one_hot(tokens.to(DEVICE), V).to(DTYPES[dtype])  # [batch pos d_vocab]
+        lookup = compare(one_hot @ W_E_d, W_E_d[tokens.to(DEVICE)], TOLERANCE[dtype])
+
+    checks, chosen = {}, None
+    for name, dt in DTYPES.items():
+        x = (W_E[tokens] + W_pos).to(DEVICE, dt)                   # [batch pos d_model]
+        Wq, Wk, Wv, Wo = (w.to(DEVICE, dt) for w in (W_Q, W_K, W_V, W_O))
+        q, k, v = attention.qkv(x, Wq), attention.qkv(x, Wk), attention.qkv(x, Wv)  # [batch pos head d_head]
+        z = attention.mix_values(attention.attention_pattern(attention.attention_scores(q, k)), v)
+        concat = attention.concat_then_project(z, Wo)              # [batch pos d_model]
+        per_head = attention.per_head_results(z, Wo)               # [batch pos head d_model]
+        checks[name] = compare(per_head.sum(-2), concat, TOLERANCE[name])
+        if name == dtype:
+            chosen = (z, Wo, concat, per_head)
+
+    z, Wo, concat, per_head = chosen
+    time_ms = {"concat_then_project": _median_ms(lambda: attention.concat_then_project(z, Wo)),
+               "per_head_then_sum": _median_ms(lambda: attention.per_head_results(z, Wo).sum(-2))}
+    at = per_head[0, position]                                     # [head d_model]
+    W_O_concat = W_O.reshape(H * L, D)                             # [(head d_head) d_model]
+    return EquivalenceResult(
+        checks=checks, time_ms=time_ms, lookup=lookup, onehot_mb=onehot_mb,
+        head_norms=at.norm(dim=-1).cpu().double().numpy(), head_results=at.cpu().double().numpy(),
+        attn_out=concat[0, position].cpu().double().numpy(),
+        position_check=compare(at.sum(0), concat[0, position], TOLERANCE[dtype]),
+        wo_block_check=all(torch.equal(W_O_concat[r], W_O[wo_row_owner(r, L)]) for r in range(H * L)),
+    )

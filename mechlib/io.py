@@ -1,0 +1,137 @@
+"""Checkpoints: safetensors with the config in the metadata, validated before anything is used.
+
+Never unpickles. Every failure raises ``CheckpointError`` with a sentence a student can act on;
+a file that fails validation changes nothing (no model is built from it).
+"""
+
+import json
+import math
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from mechlib.config import ModelConfig
+from mechlib.device import BudgetError
+from mechlib.model import Transformer
+
+__all__ = ["CheckpointError", "save", "load", "MAX_BYTES", "FORMAT"]
+
+FORMAT = "addition-machines/1"
+MAX_BYTES = 64 * 1024 * 1024
+FLOAT_DTYPES = (torch.float32, torch.float64)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message says why and what to do."""
+
+
+def save(model: Transformer, path: str | Path) -> None:
+    """Write ``model`` to ``path`` atomically (a temporary file, then a rename)."""
+    path = Path(path)
+    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    data = st_save(tensors, metadata={"format": FORMAT, "config": model.cfg.to_json()})
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def load(source: str | Path | bytes) -> Transformer:
+    """A model from a checkpoint's path or bytes, after checking header, config, keys, shapes,
+    dtypes and finiteness. Raises ``CheckpointError``."""
+    if isinstance(source, bytes):
+        data = source
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise CheckpointError(f"no checkpoint at {path}")
+        if path.stat().st_size > MAX_BYTES:
+            raise CheckpointError(f"the file is {path.stat().st_size / 1e6:.1f} MB; checkpoints may be at most {MAX_BYTES / 1e6:.0f} MB")
+        data = path.read_bytes()
+    metadata = _read_header(data)
+    cfg = _read_config(metadata)
+    try:
+        tensors = st_load(data)
+    except Exception as error:  # safetensors reports damage with its own error types
+        raise CheckpointError(f"the file is damaged and cannot be read as safetensors ({error})") from None
+    try:
+        with torch.device("meta"):
+            expected = Transformer(cfg).state_dict()
+    except BudgetError as error:
+        raise CheckpointError(f"the checkpoint's model is too large for this server: {error}") from None
+    _check_tensors(tensors, expected, cfg)
+    model = Transformer(cfg).to(tensors["embed.W_E"].dtype)
+    model.load_state_dict(tensors)
+    return model
+
+
+def _read_header(data: bytes) -> dict[str, str]:
+    if not data:
+        raise CheckpointError("the file is empty; choose a .safetensors checkpoint saved by this app or mechlib.io.save")
+    if len(data) > MAX_BYTES:
+        raise CheckpointError(f"the file is {len(data) / 1e6:.1f} MB; checkpoints may be at most {MAX_BYTES / 1e6:.0f} MB")
+    if data[:2] == b"PK" or data[:1] == b"\x80":
+        raise CheckpointError("this looks like a pickle/torch.save file, not safetensors; pickles can run code, "
+                              "so they are never opened here. Save the weights with mechlib.io.save")
+    if len(data) < 8:
+        raise CheckpointError("the file is too short to be a safetensors checkpoint")
+    (header_len,) = struct.unpack("<Q", data[:8])
+    if header_len > len(data) - 8 or header_len > 16 * 1024 * 1024:
+        raise CheckpointError("this is not a safetensors file (its header length is impossible); it may be truncated or another format")
+    try:
+        header = json.loads(data[8 : 8 + header_len].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError("this is not a safetensors file (its header is not JSON); it may be another format") from None
+    if not isinstance(header, dict):
+        raise CheckpointError("this is not a safetensors file (its header is not a JSON object)")
+    metadata = header.get("__metadata__") or {}
+    if not isinstance(metadata, dict):
+        raise CheckpointError("the safetensors metadata is not a JSON object")
+    return metadata
+
+
+def _read_config(metadata: dict[str, str]) -> ModelConfig:
+    if metadata.get("format") != FORMAT or "config" not in metadata:
+        raise CheckpointError("the file is safetensors but was not saved by Addition Machines (no model config in its "
+                              "metadata); save it with mechlib.io.save")
+    try:
+        return ModelConfig.from_json(metadata["config"])
+    except (ValueError, TypeError) as error:
+        raise CheckpointError(f"the checkpoint's model config is invalid: {error}") from None
+
+
+def _check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], cfg: ModelConfig) -> None:
+    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+    if missing:
+        raise CheckpointError(f"the checkpoint lacks {len(missing)} weight(s) its config needs: {', '.join(missing[:5])}")
+    if unexpected:
+        raise CheckpointError(f"the checkpoint has {len(unexpected)} weight(s) its config does not use: {', '.join(unexpected[:5])}")
+    float_dtype = tensors["embed.W_E"].dtype
+    if float_dtype not in FLOAT_DTYPES:
+        raise CheckpointError(f"weights must be float32 or float64, embed.W_E is {float_dtype}")
+    for name, want in expected.items():
+        got = tensors[name]
+        if tuple(got.shape) != tuple(want.shape):
+            raise CheckpointError(f"{name} has shape {list(got.shape)}, but the config needs {list(want.shape)}")
+        want_dtype = torch.bool if want.dtype == torch.bool else float_dtype
+        if got.dtype != want_dtype:
+            raise CheckpointError(f"{name} is {got.dtype}, expected {want_dtype} like the other weights")
+        if name.endswith(".mask"):
+            if not torch.equal(got, torch.ones_like(got).tril()):
+                raise CheckpointError(f"{name} does not hold the causal mask")
+        elif name.endswith(".IGNORE"):
+            if not (math.isinf(got.item()) and got.item() < 0):
+                raise CheckpointError(f"{name} must be -inf")
+        elif not torch.isfinite(got).all():
+            raise CheckpointError(f"{name} holds NaN or infinite values; the checkpoint is corrupt")

@@ -1,0 +1,64 @@
+"""ModelConfig: defaults, and messages that name the field, the value and what is allowed."""
+
+import pytest
+
+from mechlib.config import ModelConfig, divisors
+from mechlib.device import BudgetError, require_budget
+from mechlib.model import Transformer
+
+BASE = {"n_layers": 1, "d_model": 64, "n_heads": 4, "d_vocab": 100, "n_ctx": 16}
+
+
+def test_d_head_defaults_to_d_model_over_n_heads():
+    assert ModelConfig(**BASE).d_head == 16
+    assert ModelConfig(**{**BASE, "d_head": 5}).d_head == 5
+
+
+def test_indivisible_heads_name_the_allowed_values():
+    with pytest.raises(ValueError) as error:
+        ModelConfig(**{**BASE, "d_model": 1000, "n_heads": 16})
+    assert str(error.value).startswith("d_model=1000 is not divisible by n_heads=16; choose n_heads in {1, 2, 4, 5, 8, 10, 20,")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("n_layers", -1, "n_layers=-1 is out of range; choose n_layers between 0 and 48"),
+    ("d_model", 0, "d_model=0 is out of range; choose d_model between 1 and 8192"),
+    ("d_vocab", 1, "d_vocab=1 is out of range; choose d_vocab between 2 and 200000"),
+    ("n_ctx", 2.5, "n_ctx=2.5 must be a whole number"),
+    ("n_heads", True, "n_heads=True must be a whole number"),
+    ("d_mlp", 0, "d_mlp=0 is out of range"),
+    ("normalization", "RMS", "normalization='RMS' is not known; choose 'LN' or None"),
+    ("positional", "rotary", "positional='rotary' is not known; choose 'standard' or 'shortformer'"),
+    ("seed", -3, "seed=-3 must be a whole number ≥ 0"),
+])
+def test_bad_fields_are_named(field, value, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("+", r"\+")):
+        ModelConfig(**{**BASE, field: value})
+
+
+def test_divisors():
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert divisors(7) == [1, 7]
+
+
+def test_parameter_count_matches_the_model():
+    for cfg in [ModelConfig(**BASE), ModelConfig(**{**BASE, "n_layers": 2, "d_mlp": 32, "normalization": "LN"})]:
+        model = Transformer(cfg)
+        assert cfg.n_params() == sum(p.numel() for p in model.parameters())
+
+
+def test_json_round_trip():
+    cfg = ModelConfig(**{**BASE, "d_mlp": 32, "normalization": "LN", "positional": "shortformer", "seed": 9})
+    assert ModelConfig.from_json(cfg.to_json()) == cfg
+    with pytest.raises(ValueError, match="unknown fields: colour"):
+        ModelConfig.from_json('{"colour": 1}')
+
+
+def test_memory_busting_config_is_refused_with_its_estimate(monkeypatch):
+    monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "100")
+    cfg = ModelConfig(n_layers=4, d_model=1024, n_heads=16, d_vocab=50_000, n_ctx=1024)
+    estimate = cfg.estimate_mb(batch=1)
+    assert estimate > 100
+    with pytest.raises(BudgetError, match=rf"would need about {estimate:,.0f} MB, above this server's budget of 100 MB"):
+        Transformer(cfg)
+    require_budget(99.0, "a small thing")  # under the budget: no error

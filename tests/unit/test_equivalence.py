@@ -1,0 +1,55 @@
+"""The Equivalence page's experiment: known shapes, passing checks, honest skips."""
+
+import pytest
+
+from mechlib import equivalence
+
+
+def test_seed_sizes_give_the_seed_table():
+    rows = {r["step"]: r["shape"] for r in equivalence.steps(**equivalence.SEED_SIZES)}
+    assert rows["1"] == "1 × 20 × 50,000"
+    assert rows["2"] == rows["3"] == rows["8a"] == rows["9a"] == rows["9b"] == "1 × 20 × 512"
+    assert rows["4"] == rows["7"] == "1 × 8 × 20 × 64"
+    assert rows["5"] == rows["6"] == "1 × 8 × 20 × 20"
+    assert rows["8b"] == "1 × 20 × 8 × 512"
+
+
+@pytest.mark.parametrize("row, owner", [(0, (0, 0)), (63, (0, 63)), (64, (1, 0)), (70, (1, 6)), (511, (7, 63))])
+def test_wo_row_owner(row, owner):
+    assert equivalence.wo_row_owner(row, 64) == owner
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_run_at_seed_sizes_passes_every_check(dtype):
+    result = equivalence.run(**equivalence.SEED_SIZES, seed=0, dtype=dtype, position=3)
+    assert result.checks["float64"].max_abs_diff <= 1e-10
+    assert result.checks["float32"].passed and result.checks["float32"].tolerance == 1e-5
+    assert result.lookup is not None and result.lookup.max_abs_diff == 0.0
+    assert result.onehot_mb == pytest.approx(20 * 50_000 * (4 if dtype == "float32" else 8) / 1e6)
+    assert result.wo_block_check
+    assert result.head_norms.shape == (8,) and result.head_results.shape == (8, 512)
+    assert result.position_check.passed
+    assert abs(result.head_results.sum(0) - result.attn_out).max() <= (1e-10 if dtype == "float64" else 1e-4)
+    assert set(result.time_ms) == {"concat_then_project", "per_head_then_sum"} and min(result.time_ms.values()) > 0
+
+
+def test_check_fails_when_it_should():
+    check = equivalence.Check(max_abs_diff=2e-5, max_scaled_diff=2e-5, tolerance=1e-5)
+    assert not check.passed
+
+
+def test_one_hot_product_is_skipped_above_its_budget(monkeypatch):
+    monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "16")  # one-hot may use 2 MB
+    result = equivalence.run(batch=1, seq=20, d_vocab=50_000, d_model=64, n_heads=8, seed=0)
+    assert result.lookup is None and result.onehot_mb == pytest.approx(4.0)
+
+
+def test_impossible_and_memory_busting_sizes_are_refused(monkeypatch):
+    with pytest.raises(ValueError, match="d_model=100 is not divisible by n_heads=8"):
+        equivalence.run(batch=1, seq=4, d_vocab=10, d_model=100, n_heads=8, seed=0)
+    with pytest.raises(ValueError, match="position=4 is outside the sequence"):
+        equivalence.run(batch=1, seq=4, d_vocab=10, d_model=16, n_heads=2, seed=0, position=4)
+    monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "50")
+    # 4 B · V·D for W_E (204.8 MB) + 8 B · (6·B·S·D + 2·B·H·S² + B·S·H·D + 4·D²) (34.0 MB)
+    with pytest.raises(ValueError, match="would need about 239 MB, above this server's budget of 50 MB"):
+        equivalence.run(batch=1, seq=4, d_vocab=50_000, d_model=1024, n_heads=8, seed=0)

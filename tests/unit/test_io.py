@@ -1,0 +1,113 @@
+"""Checkpoints: exact round trips, and one clear error type for every bad file."""
+
+import json
+import re
+import pickle
+import struct
+
+import pytest
+import torch
+from safetensors.torch import save as st_save
+
+from mechlib import io
+from mechlib.config import ModelConfig
+from mechlib.model import Transformer
+
+CFG = ModelConfig(n_layers=2, d_model=16, n_heads=4, d_vocab=23, n_ctx=8, d_mlp=32, normalization="LN", seed=5)
+
+
+def saved_bytes(tmp_path, model=None) -> bytes:
+    path = tmp_path / "model.safetensors"
+    io.save(model or Transformer(CFG), path)
+    return path.read_bytes()
+
+
+def rewrite(tensors: dict, config: ModelConfig = CFG) -> bytes:
+    return st_save(tensors, metadata={"format": io.FORMAT, "config": config.to_json()})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_round_trip_is_exact(tmp_path, dtype):
+    model = Transformer(CFG).to(dtype)
+    io.save(model, tmp_path / "m.safetensors")
+    loaded = io.load(tmp_path / "m.safetensors")
+    assert loaded.cfg == CFG
+    assert loaded.embed.W_E.dtype == dtype
+    original = model.state_dict()
+    assert all(torch.equal(original[k], v) for k, v in loaded.state_dict().items())
+    tokens = torch.randint(0, CFG.d_vocab, (2, CFG.n_ctx))
+    assert torch.equal(model.run_with_cache(tokens)[0], loaded.run_with_cache(tokens)[0])
+
+
+def test_save_leaves_no_temporary_file(tmp_path):
+    io.save(Transformer(CFG), tmp_path / "m.safetensors")
+    assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"]
+
+
+def bad_files(tmp_path) -> dict[str, tuple[bytes, str]]:
+    good = saved_bytes(tmp_path)
+    tensors = dict(Transformer(CFG).state_dict())
+    nan = dict(tensors, **{"blocks.0.attn.W_Q": tensors["blocks.0.attn.W_Q"].clone().fill_(float("nan"))})
+    wrong_shape = dict(tensors, **{"blocks.1.attn.W_O": torch.zeros(4, 4, 17)})
+    missing = {k: v for k, v in tensors.items() if k != "unembed.W_U"}
+    extra = dict(tensors, **{"blocks.9.attn.W_Q": torch.zeros(1)})
+    half = {k: (v.half() if v.is_floating_point() and k != "embed.W_E" else v) for k, v in tensors.items()}
+    broken_mask = dict(tensors, **{"blocks.0.attn.mask": torch.ones(8, 8, dtype=torch.bool)})
+    no_config = st_save(tensors)
+    bad_config = st_save(tensors, metadata={"format": io.FORMAT, "config": json.dumps({"n_layers": 2, "d_model": 10, "n_heads": 3, "d_vocab": 5, "n_ctx": 4})})
+    huge_config = st_save(tensors, metadata={"format": io.FORMAT, "config": ModelConfig(n_layers=48, d_model=8192, n_heads=8, d_vocab=200_000, n_ctx=8192).to_json()})
+    return {
+        "empty": (b"", "the file is empty"),
+        "random bytes": (bytes(range(256)) * 40, "not a safetensors file"),
+        "tiny": (b"abc", "too short"),
+        "truncated": (good[: len(good) // 2], "damaged"),
+        "pickle": (pickle.dumps({"a": 1}), "looks like a pickle/torch.save file"),
+        "torch.save zip": (b"PK\x03\x04" + bytes(100), "looks like a pickle/torch.save file"),
+        "header not json": (struct.pack("<Q", 4) + b"\xff\xfe{[" + bytes(8), "header is not JSON"),
+        "no config": (no_config, "not saved by Addition Machines"),
+        "bad config": (bad_config, "config is invalid: d_model=10 is not divisible by n_heads=3"),
+        "too large": (huge_config, "too large for this server"),
+        "nan": (rewrite(nan), "blocks.0.attn.W_Q holds NaN or infinite values"),
+        "wrong shape": (rewrite(wrong_shape), "blocks.1.attn.W_O has shape [4, 4, 17], but the config needs [4, 4, 16]"),
+        "missing key": (rewrite(missing), "lacks 1 weight(s) its config needs: unembed.W_U"),
+        "extra key": (rewrite(extra), "has 1 weight(s) its config does not use: blocks.9.attn.W_Q"),
+        "mixed dtype": (rewrite(half), "is torch.float16, expected torch.float32"),
+        "broken mask": (rewrite(broken_mask), "blocks.0.attn.mask does not hold the causal mask"),
+    }
+
+
+@pytest.mark.parametrize("case", ["empty", "random bytes", "tiny", "truncated", "pickle", "torch.save zip",
+                                  "header not json", "no config", "bad config", "too large", "nan", "wrong shape",
+                                  "missing key", "extra key", "mixed dtype", "broken mask"])
+def test_each_bad_file_raises_one_error_type_with_a_clear_message(tmp_path, case):
+    data, message = bad_files(tmp_path)[case]
+    with pytest.raises(io.CheckpointError, match=re.escape(message)):
+        io.load(data)
+    path = tmp_path / f"{case}.safetensors"
+    path.write_bytes(data)
+    with pytest.raises(io.CheckpointError):
+        io.load(path)
+
+
+def test_pickle_renamed_safetensors_is_never_unpickled(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(a))
+    path = tmp_path / "model.safetensors"
+    torch.save(Transformer(CFG).state_dict(), path)  # a real torch.save file with the right name
+    with pytest.raises(io.CheckpointError, match="never opened"):
+        io.load(path)
+    assert calls == []
+
+
+def test_oversized_file_is_refused_before_reading(tmp_path, monkeypatch):
+    monkeypatch.setattr(io, "MAX_BYTES", 1000)
+    path = tmp_path / "big.safetensors"
+    path.write_bytes(bytes(2000))
+    with pytest.raises(io.CheckpointError, match="the file is 0.0 MB; checkpoints may be at most 0 MB"):
+        io.load(path)
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(io.CheckpointError, match="no checkpoint at"):
+        io.load(tmp_path / "nope.safetensors")

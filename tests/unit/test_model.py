@@ -1,0 +1,138 @@
+"""The transformer: TransformerLens names and shapes, the cache, and the residual-stream identities."""
+
+import copy
+
+import pytest
+import torch
+
+from mechlib import attention
+from mechlib.config import ModelConfig
+from mechlib.model import Transformer
+
+CONFIGS = [
+    ModelConfig(n_layers=0, d_model=8, n_heads=2, d_vocab=11, n_ctx=5),
+    ModelConfig(n_layers=1, d_model=16, n_heads=4, d_vocab=20, n_ctx=8),
+    ModelConfig(n_layers=2, d_model=24, n_heads=3, d_vocab=30, n_ctx=10, d_mlp=48, normalization="LN", seed=3),
+    ModelConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=13, n_ctx=9, normalization="LN", positional="shortformer"),
+    ModelConfig(n_layers=1, d_model=12, n_heads=2, d_head=8, d_vocab=9, n_ctx=6, d_mlp=20),
+]
+
+
+def transformerlens_shapes(cfg: ModelConfig) -> dict[str, tuple]:
+    """The state dict of a TransformerLens HookedTransformer of this config, written out from its docs."""
+    d, h, dh, V, n = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_vocab, cfg.n_ctx
+    shapes = {"embed.W_E": (V, d), "pos_embed.W_pos": (n, d)}
+    for layer in range(cfg.n_layers):
+        p = f"blocks.{layer}."
+        if cfg.normalization == "LN":
+            shapes |= {p + "ln1.w": (d,), p + "ln1.b": (d,)}
+        shapes |= {p + "attn.W_Q": (h, d, dh), p + "attn.W_K": (h, d, dh), p + "attn.W_V": (h, d, dh),
+                   p + "attn.W_O": (h, dh, d), p + "attn.b_Q": (h, dh), p + "attn.b_K": (h, dh),
+                   p + "attn.b_V": (h, dh), p + "attn.b_O": (d,), p + "attn.mask": (n, n), p + "attn.IGNORE": ()}
+        if cfg.d_mlp is not None:
+            if cfg.normalization == "LN":
+                shapes |= {p + "ln2.w": (d,), p + "ln2.b": (d,)}
+            shapes |= {p + "mlp.W_in": (d, cfg.d_mlp), p + "mlp.b_in": (cfg.d_mlp,),
+                       p + "mlp.W_out": (cfg.d_mlp, d), p + "mlp.b_out": (d,)}
+    if cfg.normalization == "LN":
+        shapes |= {"ln_final.w": (d,), "ln_final.b": (d,)}
+    return shapes | {"unembed.W_U": (d, V), "unembed.b_U": (V,)}
+
+
+def tokens_for(cfg, batch=3, seed=0):
+    return torch.randint(0, cfg.d_vocab, (batch, cfg.n_ctx), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_state_dict_keys_and_shapes_are_transformerlens(cfg):
+    got = {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}
+    assert got == transformerlens_shapes(cfg)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_run_with_cache_logits_equal_plain_forward(cfg):
+    model = Transformer(cfg).double()
+    tokens = tokens_for(cfg)
+    logits, cache = model.run_with_cache(tokens)
+    with torch.no_grad():
+        plain = model(tokens)
+    assert logits.shape == (3, cfg.n_ctx, cfg.d_vocab)
+    assert torch.equal(logits, plain)
+
+
+@pytest.mark.parametrize("cfg", [c for c in CONFIGS if c.n_layers])
+@torch.inference_mode()
+def test_cache_identities(cfg):
+    model = Transformer(cfg).double()
+    _, cache = model.run_with_cache(tokens_for(cfg))
+    for layer in range(cfg.n_layers):
+        p = f"blocks.{layer}."
+        b_O = model.blocks[layer].attn.b_O
+        # Σ_h result_h + b_O = attention output (float64 ≤ 1e-10).
+        assert (cache[p + "attn.hook_result"].sum(-2) + b_O - cache[p + "hook_attn_out"]).abs().max() <= 1e-10
+        pattern = cache[p + "attn.hook_pattern"]
+        assert (pattern.sum(-1) - 1).abs().max() <= 1e-12 and torch.all(pattern.triu(1) == 0)
+        # The residual stream is literal addition.
+        mlp = cache.get(p + "hook_mlp_out", 0)
+        assert (cache[p + "hook_resid_pre"] + cache[p + "hook_attn_out"] + mlp - cache[p + "hook_resid_post"]).abs().max() <= 1e-12
+        # Patterns times messages gives the same per-head results (no LayerNorm: x is resid_pre).
+        if cfg.normalization is None:
+            attn = model.blocks[layer].attn
+            messages = attention.pattern_times_messages(pattern, cache[p + "hook_resid_pre"], attn.W_V, attn.W_O, attn.b_V)
+            assert (messages - cache[p + "attn.hook_result"]).abs().max() <= 1e-10
+
+
+def test_cache_has_transformerlens_keys():
+    cfg = CONFIGS[2]
+    _, cache = Transformer(cfg).run_with_cache(tokens_for(cfg))
+    for key in ["hook_embed", "hook_pos_embed", "ln_final.hook_scale", "ln_final.hook_normalized"] + [
+        f"blocks.1.{k}" for k in ["hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
+                                  "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "attn.hook_attn_scores",
+                                  "attn.hook_pattern", "attn.hook_result", "ln1.hook_scale", "mlp.hook_pre", "mlp.hook_post"]]:
+        assert key in cache, key
+    assert cache["blocks.0.attn.hook_q"].shape == (3, 10, 3, 8)          # [batch pos head d_head]
+    assert cache["blocks.0.attn.hook_pattern"].shape == (3, 3, 10, 10)   # [batch head query_pos key_pos]
+    assert cache["blocks.0.attn.hook_result"].shape == (3, 10, 3, 24)    # [batch pos head d_model]
+
+
+def test_standard_positions_enter_the_residual_and_shortformer_keeps_them_out():
+    standard, shortformer = CONFIGS[1], CONFIGS[3]
+    _, cache = Transformer(standard).run_with_cache(tokens_for(standard))
+    assert torch.equal(cache["blocks.0.hook_resid_pre"], cache["hook_embed"] + cache["hook_pos_embed"])
+    _, cache = Transformer(shortformer).run_with_cache(tokens_for(shortformer))
+    assert torch.equal(cache["blocks.0.hook_resid_pre"], cache["hook_embed"])
+
+
+def test_forward_never_mutates_the_model():
+    cfg = CONFIGS[2]
+    model = Transformer(cfg)
+    before = copy.deepcopy(model.state_dict())
+    model.run_with_cache(tokens_for(cfg))
+    model(tokens_for(cfg, seed=1))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_weights_are_drawn_from_the_seed():
+    cfg = CONFIGS[1]
+    a, b = Transformer(cfg).state_dict(), Transformer(cfg).state_dict()
+    c = Transformer(ModelConfig(**{**cfg.__dict__, "seed": 1})).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["blocks.0.attn.W_Q"], c["blocks.0.attn.W_Q"])
+
+
+def test_bad_tokens_get_clear_messages():
+    model = Transformer(CONFIGS[1])
+    with pytest.raises(ValueError, match="longer than the context of 8"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 20\)"):
+        model(torch.tensor([[0, 20]]))
+    with pytest.raises(ValueError, match="integer ids"):
+        model(torch.zeros(1, 3))
+
+
+def test_read_only_model_refuses_training():
+    model = Transformer(CONFIGS[1]).eval()
+    model.read_only = True
+    with pytest.raises(RuntimeError, match="read-only"):
+        model.train()
+    copy.deepcopy(model).eval()  # a copy may be put back in eval mode freely

@@ -1,0 +1,72 @@
+"""The shared model cache: built once under concurrency, read-only, bounded for uploads."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from mechlib import io, zoo
+from mechlib.config import ModelConfig
+from mechlib.model import Transformer
+
+
+def counting_builds(monkeypatch) -> list:
+    builds = []
+
+    def slow_transformer(cfg):
+        builds.append(cfg)
+        time.sleep(0.2)  # long enough that every thread arrives while the first build runs
+        return Transformer(cfg)
+
+    monkeypatch.setattr(zoo, "Transformer", slow_transformer)
+    return builds
+
+
+def test_concurrent_first_requests_build_once(monkeypatch):
+    builds = counting_builds(monkeypatch)
+    cfg = ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=10, n_ctx=4, seed=1234)
+    results, barrier = [None] * 8, threading.Barrier(8)
+
+    def request(i):
+        barrier.wait()
+        results[i] = zoo.random_model(cfg)
+
+    threads = [threading.Thread(target=request, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1
+    assert all(r is results[0] for r in results)
+
+
+def test_cached_models_are_read_only():
+    model = zoo.random_model(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=10, n_ctx=4, seed=77))
+    assert not model.training
+    assert not any(p.requires_grad for p in model.parameters())
+    with pytest.raises(RuntimeError, match="read-only"):
+        model.train()
+
+
+def test_uploads_are_keyed_by_content_and_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(zoo, "MAX_UPLOADED", 2)
+    blobs = []
+    for seed in range(3):
+        path = tmp_path / f"{seed}.safetensors"
+        io.save(Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=10, n_ctx=4, seed=seed)), path)
+        blobs.append(path.read_bytes())
+    first = zoo.from_checkpoint(blobs[0])
+    assert zoo.from_checkpoint(blobs[0]) is first
+    assert torch.equal(first.embed.W_E.cpu(), Transformer(first.cfg).embed.W_E)
+    zoo.from_checkpoint(blobs[1])
+    zoo.from_checkpoint(blobs[2])
+    assert sum(1 for key in zoo._models if key[0] == "upload") == 2
+    assert zoo.from_checkpoint(blobs[0]) is not first  # evicted, then loaded again
+
+
+def test_bad_upload_raises_and_caches_nothing():
+    before = len(zoo._models)
+    with pytest.raises(io.CheckpointError, match="empty"):
+        zoo.from_checkpoint(b"")
+    assert len(zoo._models) == before

@@ -62,7 +62,7 @@ def steps(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> lis
     rows = [
         ("1", "one-hot input", f"{B} × {S} × {V:,}", "B × S × V"),
         ("2", "× W_E (V × D): embeddings", f"{B} × {S} × {D}", "B × S × D"),
-        ("3", "+ W_pos[:S] (S × D): positions", f"{B} × {S} × {D}", "B × S × D"),
+        ("3", "add W_pos[:S] (S × D): positions", f"{B} × {S} × {D}", "B × S × D"),
         ("4", "× W_Q, W_K, W_V (H × D × d_head): Q, K, V per head", f"{B} × {H} × {S} × {L}", "B × H × S × d_head"),
         ("5", "Q Kᵀ per head: scores", f"{B} × {H} × {S} × {S}", "B × H × S × S"),
         ("6", "÷ √d_head, causal mask, softmax: pattern", f"{B} × {H} × {S} × {S}", "B × H × S × S"),

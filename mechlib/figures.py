@@ -26,7 +26,7 @@ def wo_blocks(n_heads: int, d_head: int, d_model: int, row: int) -> go.Figure:
     for h in range(n_heads):
         top, bottom = h * d_head, (h + 1) * d_head - 1
         fig.add_trace(go.Bar(
-            x=[d_model], y=[d_head], base=[top], orientation="v", width=[d_model], offset=0,
+            x=[0], y=[d_head], base=[top], width=[d_model], offset=0,
             marker={"color": head_colour(h), "line": {"color": "white", "width": 1}},
             name=f"head {h}", showlegend=n_heads <= 16,
             hovertemplate=f"head {h}<br>rows {top}–{bottom} of W_O<br>= W_O[{h}], {d_head} × {d_model}<extra></extra>",
@@ -37,7 +37,7 @@ def wo_blocks(n_heads: int, d_head: int, d_model: int, row: int) -> go.Figure:
     fig.add_shape(type="line", x0=0, x1=d_model, y0=row + 0.5, y1=row + 0.5, line={"color": "black", "width": 3})
     fig.add_annotation(x=d_model, y=row + 0.5, xanchor="left", showarrow=False, font={"size": 12},
                        text=f"row {row} → head {row // d_head}, row {row % d_head}")
-    fig.update_xaxes(title="column of W_O (d_model index)", range=[0, d_model * 1.35])
+    fig.update_xaxes(title="column of W_O (d_model index)", range=[0, d_model * 1.45])
     fig.update_yaxes(title="row of the concatenated W_O", autorange="reversed")
     fig.update_layout(bargap=0, barmode="overlay", legend={"title": "block"})
     return _layout(fig, f"W_O ({n_heads * d_head} × {d_model}) = {n_heads} stacked blocks of {d_head} × {d_model}", 420)

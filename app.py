@@ -1,0 +1,80 @@
+"""Addition Machines: the app shell. Navigation, and the sidebar every page shares."""
+
+import streamlit as st
+
+import mechlib
+from mechlib import zoo
+from mechlib.config import ModelConfig, divisors
+from mechlib.device import BudgetError, budget_mb, device_label, require_budget
+from mechlib.io import MAX_BYTES, CheckpointError
+from pages.shell import select_slider, slider
+
+st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide")
+
+PAGES = [st.Page("pages/equivalence.py", title="Equivalence: heads add up", icon=":material/functions:",
+                 url_path="equivalence", default=True)]
+
+
+def random_model_sizes() -> None:
+    """Sizes of the sidebar's random model; the last valid config stays chosen when new sizes fail."""
+    layers = slider("layers", 0, 4, 2, key="layers")
+    d_model = st.select_slider("d_model", [16, 32, 64, 128, 256, 512, 768, 1024], 64, key="d_model", bind="query-params")
+    heads = select_slider("heads", divisors(d_model)[:12], 4, key="heads")
+    d_vocab = st.number_input("vocabulary size", 2, 50_000, 1_000, key="vocab", bind="query-params")
+    n_ctx = st.number_input("context length", 1, 2_048, 64, key="ctx", bind="query-params")
+    mlp = st.toggle("MLP layers (d_mlp = 4 · d_model)", False, key="mlp", bind="query-params")
+    ln = st.toggle("LayerNorm", False, key="ln", bind="query-params")
+    try:
+        cfg = ModelConfig(n_layers=layers, d_model=d_model, n_heads=heads, d_vocab=int(d_vocab), n_ctx=int(n_ctx),
+                          d_mlp=4 * d_model if mlp else None, normalization="LN" if ln else None,
+                          seed=st.session_state["seed"])
+        require_budget(cfg.estimate_mb(batch=1), f"a model of {cfg.n_params():,} parameters")
+    except (ValueError, BudgetError) as error:
+        st.error(f"{error}. The previous model stays selected.")
+        return
+    st.session_state["model_choice"] = ("random", cfg.to_json())
+
+
+def uploaded_model() -> None:
+    """A checkpoint the user uploads: validated before use; a bad file changes nothing."""
+    upload = st.file_uploader("checkpoint (.safetensors)", type=["safetensors"], max_upload_size=MAX_BYTES // 2**20,
+                              help="Saved by mechlib.io.save or this app. Pickles are never opened.")
+    if upload is None:
+        return
+    data = upload.getvalue()
+    try:
+        zoo.from_checkpoint(data)
+    except CheckpointError as error:
+        st.error(f"{upload.name}: {error}. The previous model stays selected.")
+        return
+    st.session_state["model_choice"] = ("upload", upload.name, data)
+
+
+def describe_choice() -> str:
+    choice = st.session_state.get("model_choice")
+    if choice is None:
+        return "no model chosen yet"
+    cfg = ModelConfig.from_json(choice[1]) if choice[0] == "random" else zoo.from_checkpoint(choice[2]).cfg
+    where = "random weights" if choice[0] == "random" else f"from {choice[1]}"
+    mlp = f", MLP {cfg.d_mlp}" if cfg.d_mlp else ", attention-only"
+    return (f"**{cfg.n_layers} layers × {cfg.n_heads} heads**, d_model {cfg.d_model}, d_head {cfg.d_head}{mlp}, "
+            f"vocab {cfg.d_vocab:,}, context {cfg.n_ctx} — {where}; {cfg.n_params():,} parameters, "
+            f"≈ {cfg.estimate_mb(batch=1):,.1f} MB with one sequence's activations")
+
+
+def sidebar() -> None:
+    st.badge(device_label(), icon=":material/memory:", color="green" if mechlib.device.DEVICE.type == "cuda" else "gray")
+    st.number_input("seed", 0, 2**31 - 1, 0, key="seed", bind="query-params",
+                    help="Every random weight and token on every page is drawn from this seed.")
+    source = st.radio("model source", ["random", "upload"], key="source", bind="query-params", horizontal=True,
+                      format_func={"random": "random, from sizes", "upload": "uploaded checkpoint"}.get)
+    with st.expander("model", expanded=False):
+        random_model_sizes() if source == "random" else uploaded_model()
+    st.caption(describe_choice())
+    st.caption(f"Requests above {budget_mb():,.0f} MB are refused with an estimate. mechlib {mechlib.__version__}")
+
+
+navigation = st.navigation(PAGES)
+with st.sidebar:
+    sidebar()
+navigation.run()

@@ -1,0 +1,118 @@
+"""Equivalence: concat-then-project equals project-per-head-then-sum (seed 000)."""
+
+import inspect
+
+import pandas as pd
+import streamlit as st
+
+import mechlib
+from mechlib import attention, equivalence, figures
+from mechlib.config import divisors
+from mechlib.device import BudgetError
+from pages.shell import require_shell, select_slider, slider
+
+require_shell()
+
+
+@st.cache_data(max_entries=64, show_spinner="Computing both readings…")
+def compute(version: str, batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
+            dtype: str, position: int) -> equivalence.EquivalenceResult:
+    return equivalence.run(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)
+
+
+def check_line(name: str, check: equivalence.Check) -> None:
+    verdict = ":green[**✓ pass**]" if check.passed else ":red[**✗ FAIL**]"
+    st.metric(f"max |difference|, {name}", f"{check.max_abs_diff:.2e}",
+              help=f"Largest |concat − Σ heads| over all batch × position × d_model entries; the check passes when "
+                   f"|a − b| ≤ {check.tolerance:.0e} · max(1, |reference|) everywhere.")
+    st.caption(f"{verdict}: scaled max {check.max_scaled_diff:.2e} ≤ {check.tolerance:.0e} · max(1, |ref|)")
+
+
+st.title("Multi-head attention is a sum over heads")
+st.markdown(
+    "The textbook picture concatenates the H heads' outputs and multiplies the result by one big W_O. "
+    "Cut W_O into H horizontal slices of d_head rows and the same product is a **sum**: each head multiplies "
+    "its own slice, and the H results add. Nothing is lost; each head simply writes its own term into the output."
+)
+st.latex(r"\operatorname{concat}(z^1,\dots,z^H)\,W_O \;=\; \sum_{h=1}^{H} z^h\,W_O^h,"
+         r"\qquad W_O=\begin{bmatrix}W_O^1\\ \vdots\\ W_O^H\end{bmatrix},\; W_O^h\in\mathbb{R}^{d_\text{head}\times D}")
+
+sizes = equivalence.SEED_SIZES
+left, middle, right = st.columns(3)
+with left:
+    batch = slider("batch B", 1, 8, sizes["batch"], key="B")
+    seq = slider("sequence length S", 2, 128, sizes["seq"], key="S")
+with middle:
+    d_vocab = slider("vocabulary V", 2, 50_000, sizes["d_vocab"], key="V")
+    d_model = slider("d_model D", 8, 1024, sizes["d_model"], key="D", step=8)
+with right:
+    n_heads = select_slider("heads H (divisors of D)", [h for h in divisors(d_model) if h <= 64], sizes["n_heads"], key="H")
+    dtype = st.radio("precision of the run", ["float32", "float64"], key="dtype", bind="query-params", horizontal=True)
+seed = st.session_state["seed"]
+st.caption(f"d_head = D / H = {d_model} / {n_heads} = **{d_model // n_heads}** · seed {seed} (sidebar) · "
+           "random weights W_E, W_pos, W_Q, W_K, W_V, W_O and random tokens")
+
+st.subheader("The steps, with the shapes of your sizes")
+st.table(pd.DataFrame(equivalence.steps(batch, seq, d_vocab, d_model, n_heads)).set_index("step"))
+st.caption("Rows 8a–9a are the concatenating reading; rows 8b–9b the additive one. Both start from the same z.")
+
+checks_area, wo_area = st.container(), st.container()  # filled below, once the position is chosen
+
+st.subheader("What each head adds at one position")
+position = slider("position", 0, seq - 1, min(seq - 1, 5), key="pos")
+try:
+    result = compute(mechlib.__version__, batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)
+except (ValueError, BudgetError) as error:
+    st.error(str(error))
+    st.stop()
+
+with checks_area:
+    st.subheader("Both readings on the same weights")
+    cols = st.columns(4)
+    with cols[0]:
+        check_line("float32", result.checks["float32"])
+    with cols[1]:
+        check_line("float64", result.checks["float64"])
+    with cols[2]:
+        st.metric(f"concat → W_O, {dtype}", f"{result.time_ms['concat_then_project']:.3f} ms",
+                  help="Median of 5 runs of concat_then_project(z, W_O).")
+    with cols[3]:
+        st.metric(f"per head → Σ, {dtype}", f"{result.time_ms['per_head_then_sum']:.3f} ms",
+                  help="Median of 5 runs of per_head_results(z, W_O).sum(head). It builds a B×S×H×D tensor, so it is "
+                       "usually slower: the additive reading is for understanding, not for speed.")
+
+    st.subheader("One-hot × W_E is an embedding lookup")
+    if result.lookup is None:
+        st.info(f"The one-hot input would take {result.onehot_mb:,.0f} MB, above the {equivalence.onehot_budget_mb():,.0f} MB "
+                "allowed for it, so only the lookup W_E[tokens] ran. Lower B, S or V to see the product checked.")
+    else:
+        verdict = ":green[**✓ pass**]" if result.lookup.passed else ":red[**✗ FAIL**]"
+        st.markdown(f"one-hot ({batch} × {seq} × {d_vocab:,}, {result.onehot_mb:,.1f} MB) @ W_E ({d_vocab:,} × {d_model}) "
+                    f"vs W_E[tokens]: max |difference| = **{result.lookup.max_abs_diff:.1e}** — {verdict} "
+                    "(each row of the product picks exactly one row of W_E, so it is exact)")
+
+with wo_area:
+    st.subheader("W_O is H row blocks, one per head")
+    d_head = d_model // n_heads
+    row = slider("a row of the concatenated W_O", 0, d_model - 1, min(d_model - 1, 70), key="row")
+    head, local = equivalence.wo_row_owner(row, d_head)
+    st.markdown(f"Row **{row}** belongs to head **{row} // {d_head} = {head}**, as row **{row} mod {d_head} = {local}** "
+                f"of its block W_O[{head}]. Every row checked against its block: "
+                f"{':green[**✓ all equal exactly**]' if result.wo_block_check else ':red[**✗ mismatch**]'}.")
+    st.plotly_chart(figures.wo_blocks(n_heads, d_head, d_model, row))
+
+summed = result.head_results.sum(0)
+left, right = st.columns(2)
+with left:
+    st.plotly_chart(figures.head_norms_bar(result.head_norms, float((summed**2).sum() ** 0.5), position))
+with right:
+    st.plotly_chart(figures.head_contributions_heatmap(result.head_results, summed, result.attn_out, position))
+verdict = ":green[**✓ pass**]" if result.position_check.passed else ":red[**✗ FAIL**]"
+st.markdown(f"Σ_h result_h vs the attention output at position {position} (batch item 0): max |difference| = "
+            f"**{result.position_check.max_abs_diff:.1e}** ({dtype}) — {verdict}")
+
+with st.expander("Under the hood"):
+    st.markdown("`mechlib.attention`: the two readings the checks compare (z: `[batch, pos, head, d_head]`).")
+    st.code(inspect.getsource(attention.concat_then_project) + "\n" + inspect.getsource(attention.per_head_results))
+    st.code(f"result = mechlib.equivalence.run(batch={batch}, seq={seq}, d_vocab={d_vocab}, d_model={d_model}, "
+            f"n_heads={n_heads}, seed={seed}, dtype={dtype!r}, position={position})")

@@ -1,0 +1,121 @@
+"""AppTest for app.py and the Equivalence page: every widget moved, the checks read off the page."""
+
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
+
+
+@pytest.fixture
+def app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def shown_differences(at: AppTest) -> dict[str, float]:
+    """The max |difference| metrics the page shows, by precision."""
+    found = {}
+    for metric in at.metric:
+        match = re.fullmatch(r"max \|difference\|, (float32|float64)", metric.label)
+        if match:
+            found[match.group(1)] = float(metric.value)
+    return found
+
+
+def assert_checks_pass(at: AppTest) -> None:
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    differences = shown_differences(at)
+    assert set(differences) == {"float32", "float64"}
+    for dtype, value in differences.items():
+        assert value <= TOLERANCE[dtype] * 100, (dtype, value)  # |ref| here stays below 100
+    assert not any("FAIL" in c.value for c in at.caption)
+    assert not any("FAIL" in m.value for m in at.markdown)
+
+
+def test_defaults_are_the_seed_sizes(app):
+    assert [app.slider(key=k).value for k in ("B", "S", "V", "D")] == [1, 20, 50_000, 512]
+    assert app.select_slider(key="H").value == 8
+    assert_checks_pass(app)
+    table = app.table[0].value
+    assert table.loc["1", "shape"] == "1 × 20 × 50,000"
+    assert table.loc["8b", "shape"] == "1 × 20 × 8 × 512"
+    assert any("exact" in m.value and "pass" in m.value for m in app.markdown)  # one-hot check ran
+
+
+@pytest.mark.parametrize("key, value", [("B", 3), ("S", 7), ("V", 300), ("D", 96), ("pos", 0), ("row", 511)])
+def test_each_slider_moves_and_checks_still_pass(app, key, value):
+    app.slider(key=key).set_value(value).run()
+    assert app.slider(key=key).value == value
+    assert_checks_pass(app)
+
+
+def test_heads_follow_d_model_and_d_head_is_shown(app):
+    app.select_slider(key="H").set_value(16).run()
+    assert_checks_pass(app)
+    assert any("d_head = D / H = 512 / 16 = **32**" in c.value for c in app.caption)
+    app.slider(key="D").set_value(520).run()  # 16 does not divide 520: the nearest divisor is chosen
+    assert app.select_slider(key="H").value == 13
+    assert 520 % app.select_slider(key="H").value == 0
+    assert_checks_pass(app)
+
+
+def test_float64_run_and_timings_have_units(app):
+    app.radio(key="dtype").set_value("float64").run()
+    assert_checks_pass(app)
+    times = [m.value for m in app.metric if m.label.endswith("float64") and "→" in m.label]
+    assert len(times) == 2 and all(t.endswith(" ms") for t in times)
+
+
+def test_large_one_hot_is_skipped_with_a_reason(app):
+    app.slider(key="B").set_value(8).run()
+    app.slider(key="S").set_value(128).run()
+    assert_checks_pass(app)
+    assert any("only the lookup W_E[tokens] ran" in i.value for i in app.info)
+
+
+def fresh(**state) -> AppTest:
+    """A first run with preset widget state. AppTest (Streamlit 1.67) drops the sidebar of an
+    st.navigation app from its element tree after the first run, so sidebar widgets are set this way."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    return at
+
+
+def test_sidebar_seed_changes_the_numbers(app):
+    assert app.sidebar.number_input(key="seed").value == 0
+    other = fresh(seed=7)
+    assert other.sidebar.number_input(key="seed").value == 7
+    assert_checks_pass(other)
+    assert [m.value for m in other.metric] != [m.value for m in app.metric]
+
+
+def test_sidebar_model_sizes_are_described(app):
+    assert any("2 layers × 4 heads" in c.value for c in app.sidebar.caption)
+    at = fresh(layers=1, d_model=128, heads=8, mlp=True, ln=True)
+    assert not at.exception and not at.error
+    assert [w.value for w in (at.sidebar.slider(key="layers"), at.sidebar.select_slider(key="d_model"),
+                              at.sidebar.select_slider(key="heads"))] == [1, 128, 8]
+    assert any("1 layers × 8 heads" in c.value and "MLP 512" in c.value for c in at.sidebar.caption)
+    assert '"d_mlp": 512' in at.session_state["model_choice"][1]
+
+
+def test_sidebar_refuses_a_memory_busting_model_with_its_estimate():
+    at = fresh(layers=4, d_model=1024, heads=16, vocab=50_000, ctx=2048, mlp=True)
+    assert not at.exception
+    assert any("above this server's budget" in e.value and "would need about" in e.value and " MB" in e.value
+               for e in at.sidebar.error)
+    assert "model_choice" not in at.session_state  # nothing was selected from the refused sizes
+    assert_checks_pass_outside_sidebar(at)
+
+
+def assert_checks_pass_outside_sidebar(at: AppTest) -> None:
+    assert not at.main.error and len(shown_differences(at)) == 2

@@ -41,20 +41,21 @@ def uploaded_model() -> None:
                               help="Saved by mechlib.io.save or this app. Pickles are never opened.")
     if upload is None:
         return
-    data = upload.getvalue()
     try:
-        zoo.from_checkpoint(data)
+        digest, _ = zoo.from_checkpoint(upload.getvalue())
     except CheckpointError as error:
         st.error(f"{upload.name}: {error}. The previous model stays selected.")
         return
-    st.session_state["model_choice"] = ("upload", upload.name, data)
+    st.session_state["model_choice"] = ("upload", upload.name, digest)
 
 
 def describe_choice() -> str:
     choice = st.session_state.get("model_choice")
     if choice is None:
         return "no model chosen yet"
-    cfg = ModelConfig.from_json(choice[1]) if choice[0] == "random" else zoo.from_checkpoint(choice[2]).cfg
+    if choice[0] == "upload" and zoo.uploaded(choice[2]) is None:
+        return f"{choice[1]} has left the server's cache; upload it again"
+    cfg = ModelConfig.from_json(choice[1]) if choice[0] == "random" else zoo.uploaded(choice[2]).cfg
     where = "random weights" if choice[0] == "random" else f"from {choice[1]}"
     mlp = f", MLP {cfg.d_mlp}" if cfg.d_mlp else ", attention-only"
     return (f"**{cfg.n_layers} layers × {cfg.n_heads} heads**, d_model {cfg.d_model}, d_head {cfg.d_head}{mlp}, "

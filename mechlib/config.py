@@ -49,8 +49,8 @@ class ModelConfig:
                 raise ValueError(f"{name}={value!r} must be a whole number")
             if not low <= value <= high:
                 raise ValueError(f"{name}={value} is out of range; choose {name} between {low} and {high}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ValueError(f"seed={self.seed!r} must be a whole number ≥ 0")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed={self.seed!r} must be a whole number from 0 to 2**63 − 1")
         if self.d_head is None:
             if self.d_model % self.n_heads:
                 allowed = ", ".join(str(k) for k in divisors(self.d_model)[:12])

@@ -16,9 +16,10 @@ from mechlib import attention
 from mechlib.config import ModelConfig
 from mechlib.device import DEVICE, budget_mb, require_budget
 
-__all__ = ["SEED_SIZES", "TOLERANCE", "Check", "EquivalenceResult", "steps", "estimate_mb", "onehot_budget_mb", "run", "wo_row_owner"]
+__all__ = ["SEED_SIZES", "TOLERANCE", "Check", "EquivalenceResult", "steps", "estimate_mb", "lookup_mb", "run", "wo_row_owner"]
 
 SEED_SIZES = {"batch": 1, "seq": 20, "d_vocab": 50_000, "d_model": 512, "n_heads": 8}
+LOOKUP_MAX_MACS = 2e9  # the one-hot product's multiply-adds allowed per request (about a second on 2 cores)
 # |a − b| ≤ tol · max(1, |reference|), element-wise.
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -47,8 +48,8 @@ def compare(a: torch.Tensor, reference: torch.Tensor, tolerance: float) -> Check
 class EquivalenceResult:
     checks: dict[str, Check]          # dtype name -> concat vs per-head-sum, at that precision
     time_ms: dict[str, float]         # reading -> median time in the chosen dtype
-    lookup: Check | None              # one-hot @ W_E vs W_E[tokens]; None when it would not fit
-    onehot_mb: float                  # memory the one-hot input needs in the chosen dtype
+    lookups: dict[str, Check | None]  # dtype name -> one-hot @ W_E vs W_E[tokens]; None where it would not fit
+    lookup_mb: dict[str, float]       # dtype name -> memory the one-hot check needs
     head_norms: np.ndarray            # [head] ‖result_h‖ at the chosen position
     head_results: np.ndarray          # [head, d_model] result_h at the chosen position
     attn_out: np.ndarray              # [d_model] concat-then-project at the chosen position
@@ -76,15 +77,21 @@ def steps(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> lis
 
 
 def estimate_mb(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> float:
-    """Memory of ``run`` without the optional one-hot product: W_E in float32 plus, at 8 bytes a
-    number, the embeddings, q/k/v/z, scores and pattern, both readings' outputs and the weights."""
+    """Peak memory of ``run`` without the one-hot checks, in MB: the float32 weights (W_E dominates), and at
+    8 bytes a number one precision's embeddings, q/k/v/z, scores and pattern, both outputs, weights,
+    plus the chosen precision's outputs kept while the other runs."""
     B, S, V, D, H = batch, seq, d_vocab, d_model, n_heads
-    return (4 * V * D + 8 * (6 * B * S * D + 2 * B * H * S * S + B * S * H * D + 4 * D * D)) / 1e6
+    weights = 4 * (V * D + S * D + 4 * D * D)
+    one_run = 8 * (6 * B * S * D + 2 * B * H * S * S + B * S * H * D + 4 * D * D)
+    kept = 8 * (B * S * H * D + B * S * D)
+    return (weights + one_run + kept) / 1e6
 
 
-def onehot_budget_mb() -> float:
-    """The one-hot product B×S×V @ W_E may use 1/8 of the request budget; above it only the lookup runs."""
-    return budget_mb() / 8
+def lookup_mb(batch: int, seq: int, d_vocab: int, d_model: int, dtype: str) -> float:
+    """Extra memory of the one-hot check in ``dtype``: the one-hot input, W_E cast to it, the product."""
+    size = DTYPES[dtype].itemsize
+    cast = d_vocab * d_model * size if dtype != "float32" else 0
+    return (batch * seq * d_vocab * size + cast + batch * seq * d_model * size) / 1e6
 
 
 def wo_row_owner(row: int, d_head: int) -> tuple[int, int]:
@@ -105,6 +112,15 @@ def _median_ms(fn, repeats: int = 5) -> float:
     return float(np.median(times))
 
 
+def _readings(x: torch.Tensor, W_Q, W_K, W_V, W_O, dtype: torch.dtype):
+    """z, W_O, concat-then-project [batch pos d_model] and per-head results [batch pos head d_model] in dtype."""
+    x = x.to(DEVICE, dtype)                                        # [batch pos d_model]
+    Wq, Wk, Wv, Wo = (w.to(DEVICE, dtype) for w in (W_Q, W_K, W_V, W_O))
+    q, k, v = attention.qkv(x, Wq), attention.qkv(x, Wk), attention.qkv(x, Wv)  # [batch pos head d_head]
+    z = attention.mix_values(attention.attention_pattern(attention.attention_scores(q, k)), v)
+    return z, Wo, attention.concat_then_project(z, Wo), attention.per_head_results(z, Wo)
+
+
 @torch.inference_mode()
 def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
         dtype: str = "float32", position: int = 0) -> EquivalenceResult:
@@ -115,7 +131,8 @@ def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: in
     if not 0 <= position < seq:
         raise ValueError(f"position={position} is outside the sequence; choose 0 … {seq - 1}")
     H, D, L, V = n_heads, d_model, cfg.d_head, d_vocab
-    require_budget(estimate_mb(batch, seq, d_vocab, d_model, n_heads), "this attention layer")
+    base_mb = estimate_mb(batch, seq, d_vocab, d_model, n_heads)
+    require_budget(base_mb, "this attention layer")
 
     g = torch.Generator().manual_seed(seed)
     W_E = torch.randn(V, D, generator=g)                           # [d_vocab d_model]
@@ -124,32 +141,28 @@ def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: in
     W_O = torch.randn(H, L, D, generator=g) / D**0.5               # [head d_head d_model]
     tokens = torch.randint(0, V, (batch, seq), generator=g)        # [batch pos]
 
-    onehot_mb = batch * seq * V * DTYPES[dtype].itemsize / 1e6
-    lookup = None
-    if onehot_mb <= onehot_budget_mb():
-        W_E_d = W_E.to(DEVICE, DTYPES[dtype])
-        one_hot = torch.nn.functional.one_hot(tokens.to(DEVICE), V).to(DTYPES[dtype])  # [batch pos d_vocab]
-        lookup = compare(one_hot @ W_E_d, W_E_d[tokens.to(DEVICE)], TOLERANCE[dtype])
-
-    checks, chosen = {}, None
+    lookups, lookup_sizes = {}, {}
     for name, dt in DTYPES.items():
-        x = (W_E[tokens] + W_pos).to(DEVICE, dt)                   # [batch pos d_model]
-        Wq, Wk, Wv, Wo = (w.to(DEVICE, dt) for w in (W_Q, W_K, W_V, W_O))
-        q, k, v = attention.qkv(x, Wq), attention.qkv(x, Wk), attention.qkv(x, Wv)  # [batch pos head d_head]
-        z = attention.mix_values(attention.attention_pattern(attention.attention_scores(q, k)), v)
-        concat = attention.concat_then_project(z, Wo)              # [batch pos d_model]
-        per_head = attention.per_head_results(z, Wo)               # [batch pos head d_model]
-        checks[name] = compare(per_head.sum(-2), concat, TOLERANCE[name])
-        if name == dtype:
-            chosen = (z, Wo, concat, per_head)
+        lookup_sizes[name] = lookup_mb(batch, seq, d_vocab, d_model, name)
+        lookups[name] = None
+        if base_mb + lookup_sizes[name] <= budget_mb() and batch * seq * V * D <= LOOKUP_MAX_MACS:
+            W_E_d = W_E.to(DEVICE, dt)                             # [d_vocab d_model]
+            one_hot = torch.zeros(batch, seq, V, dtype=dt, device=DEVICE).scatter_(
+                -1, tokens.to(DEVICE)[..., None], 1.0)             # [batch pos d_vocab]
+            lookups[name] = compare(one_hot @ W_E_d, W_E_d[tokens.to(DEVICE)], TOLERANCE[name])
+            del W_E_d, one_hot
 
-    z, Wo, concat, per_head = chosen
+    checks = {}
+    for name in sorted(DTYPES, key=lambda n: n == dtype):          # the chosen precision last, and kept
+        z, Wo, concat, per_head = _readings(W_E[tokens] + W_pos, W_Q, W_K, W_V, W_O, DTYPES[name])
+        checks[name] = compare(per_head.sum(-2), concat, TOLERANCE[name])
+
     time_ms = {"concat_then_project": _median_ms(lambda: attention.concat_then_project(z, Wo)),
                "per_head_then_sum": _median_ms(lambda: attention.per_head_results(z, Wo).sum(-2))}
     at = per_head[0, position]                                     # [head d_model]
     W_O_concat = W_O.reshape(H * L, D)                             # [(head d_head) d_model]
     return EquivalenceResult(
-        checks=checks, time_ms=time_ms, lookup=lookup, onehot_mb=onehot_mb,
+        checks=checks, time_ms=time_ms, lookups=lookups, lookup_mb=lookup_sizes,
         head_norms=at.norm(dim=-1).cpu().double().numpy(), head_results=at.cpu().double().numpy(),
         attn_out=concat[0, position].cpu().double().numpy(),
         position_check=compare(at.sum(0), concat[0, position], TOLERANCE[dtype]),

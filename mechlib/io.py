@@ -23,6 +23,7 @@ __all__ = ["CheckpointError", "save", "load", "MAX_BYTES", "FORMAT"]
 
 FORMAT = "addition-machines/1"
 MAX_BYTES = 64 * 1024 * 1024
+MAX_ABS = 1e4  # larger weights overflow float32 logits: a corrupt or diverged checkpoint
 FLOAT_DTYPES = (torch.float32, torch.float64)
 
 
@@ -91,7 +92,7 @@ def _read_header(data: bytes) -> dict[str, str]:
         raise CheckpointError("this is not a safetensors file (its header length is impossible); it may be truncated or another format")
     try:
         header = json.loads(data[8 : 8 + header_len].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise CheckpointError("this is not a safetensors file (its header is not JSON); it may be another format") from None
     if not isinstance(header, dict):
         raise CheckpointError("this is not a safetensors file (its header is not a JSON object)")
@@ -107,6 +108,8 @@ def _read_config(metadata: dict[str, str]) -> ModelConfig:
                               "metadata); save it with mechlib.io.save")
     try:
         return ModelConfig.from_json(metadata["config"])
+    except RecursionError:
+        raise CheckpointError("the checkpoint's model config is not a flat JSON object") from None
     except (ValueError, TypeError) as error:
         raise CheckpointError(f"the checkpoint's model config is invalid: {error}") from None
 
@@ -135,3 +138,6 @@ def _check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, torch.T
                 raise CheckpointError(f"{name} must be -inf")
         elif not torch.isfinite(got).all():
             raise CheckpointError(f"{name} holds NaN or infinite values; the checkpoint is corrupt")
+        elif got.numel() and got.abs().max() > MAX_ABS:
+            raise CheckpointError(f"{name} holds values up to {float(got.abs().max()):.3g}, above {MAX_ABS:,.0f}; "
+                                  "the checkpoint is corrupt or its training diverged")

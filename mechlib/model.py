@@ -7,6 +7,8 @@ between the two without renaming. The forward never mutates the model: there are
 ``run_with_cache`` passes a dict down and each step writes its activation under its hook name.
 """
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -117,8 +119,9 @@ class Block(nn.Module):
         if cache is not None:
             cache[f"{name}.hook_resid_pre"] = resid
         v_input = self._norm("ln1", resid, cache, name)
-        # Shortformer: positions enter the queries and keys only, never the residual stream.
-        qk_input = self._norm("ln1", resid + pos_embed, None, name) if self.cfg.positional == "shortformer" else v_input
+        # Shortformer: positions enter the queries and keys only (after ln1, as in TransformerLens),
+        # never the residual stream.
+        qk_input = v_input + pos_embed if self.cfg.positional == "shortformer" else v_input
         attn_out = self.attn(qk_input, v_input, cache, f"{name}.attn")
         resid = resid + attn_out                                 # the residual stream: read, then add
         if cache is not None:
@@ -174,10 +177,32 @@ class Transformer(nn.Module):
                 if leaf in fan_in:
                     param.normal_(0.0, fan_in[leaf] ** -0.5, generator=generator)
 
+    def _refuse_if_shared(self, what: str) -> None:
+        if self.read_only:
+            raise RuntimeError(f"this model is shared read-only between sessions, so {what} is refused; "
+                               "work on a copy: copy.deepcopy(model) is an independent, trainable model")
+
     def train(self, mode: bool = True) -> "Transformer":
-        if mode and self.read_only:
-            raise RuntimeError("this model is shared read-only between sessions; train a copy (copy.deepcopy(model))")
+        if mode:
+            self._refuse_if_shared(".train()")
         return super().train(mode)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Transformer":
+        if requires_grad:
+            self._refuse_if_shared("requires_grad_(True)")
+        return super().requires_grad_(requires_grad)
+
+    def load_state_dict(self, *args, **kwargs):
+        self._refuse_if_shared("load_state_dict")
+        return super().load_state_dict(*args, **kwargs)
+
+    def __deepcopy__(self, memo: dict) -> "Transformer":
+        """A copy is the student's own: writable and trainable, whatever the original was."""
+        copy_ = Transformer.__new__(Transformer)
+        memo[id(self)] = copy_
+        copy_.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items()})
+        copy_.read_only = False
+        return copy_.requires_grad_(True)
 
     def _check_tokens(self, tokens: Tensor) -> Tensor:
         if tokens.dtype not in (torch.int32, torch.int64):

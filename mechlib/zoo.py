@@ -2,8 +2,8 @@
 
 Thirty sessions may ask for the same model at once; it is built once (a lock per key) and every
 session gets the same object, in eval mode with ``requires_grad_(False)`` and ``read_only`` set
-(``.train()`` on it raises). Nobody mutates a cached model: interventions are forward arguments
-or work on a copy.
+(``.train()``, ``requires_grad_(True)`` and ``load_state_dict`` on it raise). Nobody mutates a cached
+model: interventions are forward arguments or work on a copy (``copy.deepcopy`` gives a writable one).
 """
 
 import hashlib
@@ -16,35 +16,45 @@ from mechlib.config import ModelConfig
 from mechlib.device import DEVICE
 from mechlib.model import Transformer
 
-__all__ = ["random_model", "from_checkpoint", "MAX_UPLOADED"]
+__all__ = ["random_model", "from_checkpoint", "uploaded", "LIMITS"]
 
-MAX_UPLOADED = 16  # uploaded models kept at once, least recently used dropped first
+# Models of each kind kept at once; the least recently used goes first.
+LIMITS = {"random": 8, "upload": 16}
 
 _lock = threading.Lock()
 _models: OrderedDict[tuple, Transformer] = OrderedDict()
 _key_locks: dict[tuple, threading.Lock] = {}
 
 
-def _cached(key: tuple, build: Callable[[], Transformer], limit: int | None = None) -> Transformer:
+def _lookup(key: tuple) -> Transformer | None:
     with _lock:
         if key in _models:
             _models.move_to_end(key)
             return _models[key]
+    return None
+
+
+def _cached(key: tuple, build: Callable[[], Transformer]) -> Transformer:
+    if (model := _lookup(key)) is not None:
+        return model
+    with _lock:
         key_lock = _key_locks.setdefault(key, threading.Lock())
     with key_lock:  # concurrent first requests for one key: one builds, the others wait for it
-        with _lock:
-            if key in _models:
-                return _models[key]
-        model = build().to(DEVICE).eval().requires_grad_(False)
-        model.read_only = True
-        with _lock:
-            _models[key] = model
-            _key_locks.pop(key, None)
-            if limit is not None:
+        try:
+            if (model := _lookup(key)) is not None:
+                return model
+            model = build().to(DEVICE).eval().requires_grad_(False)
+            model.read_only = True
+            with _lock:
+                _models[key] = model
                 same_kind = [k for k in _models if k[0] == key[0]]
-                for old in same_kind[: max(0, len(same_kind) - limit)]:
+                for old in same_kind[: max(0, len(same_kind) - LIMITS[key[0]])]:
                     del _models[old]
-    return model
+            return model
+        finally:
+            with _lock:
+                if _key_locks.get(key) is key_lock:
+                    del _key_locks[key]
 
 
 def random_model(cfg: ModelConfig) -> Transformer:
@@ -52,7 +62,12 @@ def random_model(cfg: ModelConfig) -> Transformer:
     return _cached(("random", cfg, str(DEVICE)), lambda: Transformer(cfg))
 
 
-def from_checkpoint(data: bytes) -> Transformer:
-    """The shared, read-only model in an uploaded checkpoint (validated; raises ``io.CheckpointError``)."""
+def from_checkpoint(data: bytes) -> tuple[str, Transformer]:
+    """(sha256 digest, the shared read-only model) of an uploaded checkpoint; raises ``io.CheckpointError``."""
     digest = hashlib.sha256(data).hexdigest()
-    return _cached(("upload", digest, str(DEVICE)), lambda: io.load(data), limit=MAX_UPLOADED)
+    return digest, _cached(("upload", digest, str(DEVICE)), lambda: io.load(data))
+
+
+def uploaded(digest: str) -> Transformer | None:
+    """The model uploaded with this digest, or None once it has left the cache (upload it again)."""
+    return _lookup(("upload", digest, str(DEVICE)))

@@ -8,7 +8,7 @@ import streamlit as st
 import mechlib
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
-from mechlib.device import BudgetError
+from mechlib.device import BudgetError, budget_mb
 from pages.shell import require_shell, select_slider, slider
 
 require_shell()
@@ -82,14 +82,19 @@ with checks_area:
                        "usually slower: the additive reading is for understanding, not for speed.")
 
     st.subheader("One-hot × W_E is an embedding lookup")
-    if result.lookup is None:
-        st.info(f"The one-hot input would take {result.onehot_mb:,.0f} MB, above the {equivalence.onehot_budget_mb():,.0f} MB "
-                "allowed for it, so only the lookup W_E[tokens] ran. Lower B, S or V to see the product checked.")
-    else:
-        verdict = ":green[**✓ pass**]" if result.lookup.passed else ":red[**✗ FAIL**]"
-        st.markdown(f"one-hot ({batch} × {seq} × {d_vocab:,}, {result.onehot_mb:,.1f} MB) @ W_E ({d_vocab:,} × {d_model}) "
-                    f"vs W_E[tokens]: max |difference| = **{result.lookup.max_abs_diff:.1e}** — {verdict} "
-                    "(each row of the product picks exactly one row of W_E, so it is exact)")
+    st.markdown(f"one-hot ({batch} × {seq} × {d_vocab:,}) @ W_E ({d_vocab:,} × {d_model}) against W_E[tokens]: "
+                "each row of the product picks exactly one row of W_E, so the two agree exactly.")
+    for name, check in result.lookups.items():
+        if check is None:
+            macs = batch * seq * d_vocab * d_model
+            st.info(f"{name}: skipped — the one-hot check would need {result.lookup_mb[name]:,.0f} MB more and "
+                    f"{macs:,.0f} multiply-adds; this server allows {budget_mb():,.0f} MB and "
+                    f"{equivalence.LOOKUP_MAX_MACS:,.0f} per request. Only the lookup W_E[tokens] ran; "
+                    "lower B, S or V to see the product checked.")
+        else:
+            verdict = ":green[**✓ pass**]" if check.passed else ":red[**✗ FAIL**]"
+            st.markdown(f"{name}: max |difference| = **{check.max_abs_diff:.1e}** — {verdict} "
+                        f"({result.lookup_mb[name]:,.1f} MB for the one-hot check)")
 
 with wo_area:
     st.subheader("W_O is H row blocks, one per head")

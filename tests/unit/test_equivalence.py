@@ -24,8 +24,9 @@ def test_run_at_seed_sizes_passes_every_check(dtype):
     result = equivalence.run(**equivalence.SEED_SIZES, seed=0, dtype=dtype, position=3)
     assert result.checks["float64"].max_abs_diff <= 1e-10
     assert result.checks["float32"].passed and result.checks["float32"].tolerance == 1e-5
-    assert result.lookup is not None and result.lookup.max_abs_diff == 0.0
-    assert result.onehot_mb == pytest.approx(20 * 50_000 * (4 if dtype == "float32" else 8) / 1e6)
+    assert all(check is not None and check.max_abs_diff == 0.0 for check in result.lookups.values())
+    assert result.lookup_mb["float32"] == pytest.approx((20 * 50_000 * 4 + 20 * 512 * 4) / 1e6)
+    assert result.lookup_mb["float64"] == pytest.approx((20 * 50_000 * 8 + 50_000 * 512 * 8 + 20 * 512 * 8) / 1e6)
     assert result.wo_block_check
     assert result.head_norms.shape == (8,) and result.head_results.shape == (8, 512)
     assert result.position_check.passed
@@ -33,15 +34,24 @@ def test_run_at_seed_sizes_passes_every_check(dtype):
     assert set(result.time_ms) == {"concat_then_project", "per_head_then_sum"} and min(result.time_ms.values()) > 0
 
 
-def test_check_fails_when_it_should():
-    check = equivalence.Check(max_abs_diff=2e-5, max_scaled_diff=2e-5, tolerance=1e-5)
-    assert not check.passed
+def test_compare_fails_on_a_perturbed_tensor():
+    import torch
+
+    reference = torch.linspace(-50, 50, 101, dtype=torch.float64)
+    assert equivalence.compare(reference.clone(), reference, 1e-10).passed
+    bumped = reference.clone()
+    bumped[80] += 30 * 1e-10 * 31  # |ref| = 30 there: 31× the allowed 30 · 1e-10
+    check = equivalence.compare(bumped, reference, 1e-10)
+    assert not check.passed and check.max_scaled_diff == pytest.approx(31e-10, rel=1e-3)
 
 
-def test_one_hot_product_is_skipped_above_its_budget(monkeypatch):
-    monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "16")  # one-hot may use 2 MB
+def test_one_hot_check_runs_only_where_it_fits_the_budget(monkeypatch):
+    # Base ≈ 12.9 MB; the float32 check adds 4.0 MB, the float64 one 8.0 + 25.6 MB.
+    monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "20")
     result = equivalence.run(batch=1, seq=20, d_vocab=50_000, d_model=64, n_heads=8, seed=0)
-    assert result.lookup is None and result.onehot_mb == pytest.approx(4.0)
+    assert result.lookups["float32"] is not None and result.lookups["float32"].passed
+    assert result.lookups["float64"] is None
+    assert result.lookup_mb["float64"] == pytest.approx((20 * 50_000 * 8 + 50_000 * 64 * 8 + 20 * 64 * 8) / 1e6)
 
 
 def test_impossible_and_memory_busting_sizes_are_refused(monkeypatch):
@@ -50,6 +60,13 @@ def test_impossible_and_memory_busting_sizes_are_refused(monkeypatch):
     with pytest.raises(ValueError, match="position=4 is outside the sequence"):
         equivalence.run(batch=1, seq=4, d_vocab=10, d_model=16, n_heads=2, seed=0, position=4)
     monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "50")
-    # 4 B · V·D for W_E (204.8 MB) + 8 B · (6·B·S·D + 2·B·H·S² + B·S·H·D + 4·D²) (34.0 MB)
-    with pytest.raises(ValueError, match="would need about 239 MB, above this server's budget of 50 MB"):
+    # 4 B · (V·D + S·D + 4·D²) for the weights, 8 B · (6·B·S·D + 2·B·H·S² + B·S·H·D + 4·D²) for one
+    # precision's readings, 8 B · (B·S·H·D + B·S·D) kept: 221.6 + 34.0 + 0.3 MB
+    with pytest.raises(ValueError, match="would need about 256 MB, above this server's budget of 50 MB"):
         equivalence.run(batch=1, seq=4, d_vocab=50_000, d_model=1024, n_heads=8, seed=0)
+
+
+def test_one_hot_check_is_skipped_above_its_compute_cap():
+    result = equivalence.run(batch=2, seq=40, d_vocab=50_000, d_model=512, n_heads=8, seed=0)  # 2.05e9 multiply-adds
+    assert result.lookups == {"float32": None, "float64": None}
+    assert result.checks["float64"].passed

@@ -55,6 +55,10 @@ def bad_files(tmp_path) -> dict[str, tuple[bytes, str]]:
     broken_mask = dict(tensors, **{"blocks.0.attn.mask": torch.ones(8, 8, dtype=torch.bool)})
     no_config = st_save(tensors)
     bad_config = st_save(tensors, metadata={"format": io.FORMAT, "config": json.dumps({"n_layers": 2, "d_model": 10, "n_heads": 3, "d_vocab": 5, "n_ctx": 4})})
+    huge_values = dict(tensors, **{"embed.W_E": tensors["embed.W_E"].clone().fill_(3e38)})
+    nested_header = struct.pack("<Q", 200_000) + b"[" * 100_000 + b"]" * 100_000
+    nested_config = st_save(tensors, metadata={"format": io.FORMAT, "config": "[" * 100_000 + "]" * 100_000})
+    huge_seed = st_save(tensors, metadata={"format": io.FORMAT, "config": CFG.to_json().replace('"seed": 5', f'"seed": {2**64}')})
     huge_config = st_save(tensors, metadata={"format": io.FORMAT, "config": ModelConfig(n_layers=48, d_model=8192, n_heads=8, d_vocab=200_000, n_ctx=8192).to_json()})
     return {
         "empty": (b"", "the file is empty"),
@@ -68,6 +72,10 @@ def bad_files(tmp_path) -> dict[str, tuple[bytes, str]]:
         "bad config": (bad_config, "config is invalid: d_model=10 is not divisible by n_heads=3"),
         "too large": (huge_config, "too large for this server"),
         "nan": (rewrite(nan), "blocks.0.attn.W_Q holds NaN or infinite values"),
+        "huge values": (rewrite(huge_values), "embed.W_E holds values up to 3e+38, above 10,000"),
+        "nested header": (nested_header, "header is not JSON"),
+        "nested config": (nested_config, "config is not a flat JSON object"),
+        "huge seed": (huge_seed, "must be a whole number from 0 to 2**63"),
         "wrong shape": (rewrite(wrong_shape), "blocks.1.attn.W_O has shape [4, 4, 17], but the config needs [4, 4, 16]"),
         "missing key": (rewrite(missing), "lacks 1 weight(s) its config needs: unembed.W_U"),
         "extra key": (rewrite(extra), "has 1 weight(s) its config does not use: blocks.9.attn.W_Q"),
@@ -77,7 +85,8 @@ def bad_files(tmp_path) -> dict[str, tuple[bytes, str]]:
 
 
 @pytest.mark.parametrize("case", ["empty", "random bytes", "tiny", "truncated", "pickle", "torch.save zip",
-                                  "header not json", "no config", "bad config", "too large", "nan", "wrong shape",
+                                  "header not json", "no config", "bad config", "too large", "nan", "huge values",
+                                  "nested header", "nested config", "huge seed", "wrong shape",
                                   "missing key", "extra key", "mixed dtype", "broken mask"])
 def test_each_bad_file_raises_one_error_type_with_a_clear_message(tmp_path, case):
     data, message = bad_files(tmp_path)[case]

@@ -60,10 +60,20 @@ def test_run_with_cache_logits_equal_plain_forward(cfg):
     assert torch.equal(logits, plain)
 
 
+def with_random_biases(model: Transformer) -> Transformer:
+    """Biases start at 0 and LayerNorm at w=1, b=0; randomise them so the identities test them too."""
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if not name.rsplit(".", 1)[-1].startswith("W_"):
+                param.copy_(torch.randn(param.shape, generator=g, dtype=param.dtype) * 0.5 + (1.0 if name.endswith(".w") else 0.0))
+    return model
+
+
 @pytest.mark.parametrize("cfg", [c for c in CONFIGS if c.n_layers])
 @torch.inference_mode()
 def test_cache_identities(cfg):
-    model = Transformer(cfg).double()
+    model = with_random_biases(Transformer(cfg).double())
     _, cache = model.run_with_cache(tokens_for(cfg))
     for layer in range(cfg.n_layers):
         p = f"blocks.{layer}."
@@ -130,9 +140,23 @@ def test_bad_tokens_get_clear_messages():
         model(torch.zeros(1, 3))
 
 
-def test_read_only_model_refuses_training():
-    model = Transformer(CONFIGS[1]).eval()
+def test_read_only_model_refuses_training_but_its_copy_trains():
+    model = Transformer(CONFIGS[1]).eval().requires_grad_(False)
     model.read_only = True
     with pytest.raises(RuntimeError, match="read-only"):
         model.train()
-    copy.deepcopy(model).eval()  # a copy may be put back in eval mode freely
+    own = copy.deepcopy(model).train()
+    assert own.training and not own.read_only and all(p.requires_grad for p in own.parameters())
+
+
+@torch.inference_mode()
+def test_shortformer_adds_positions_after_ln1_as_transformerlens_does():
+    cfg = CONFIGS[3]  # shortformer with LayerNorm
+    model = with_random_biases(Transformer(cfg).double())
+    tokens = tokens_for(cfg)
+    _, cache = model.run_with_cache(tokens)
+    attn = model.blocks[0].attn
+    qk_input = cache["blocks.0.ln1.hook_normalized"] + cache["hook_pos_embed"]
+    assert (qk_input @ attn.W_Q[1] + attn.b_Q[1] - cache["blocks.0.attn.hook_q"][:, :, 1]).abs().max() <= 1e-10
+    v = cache["blocks.0.ln1.hook_normalized"] @ attn.W_V[1] + attn.b_V[1]  # values carry no position
+    assert (v - cache["blocks.0.attn.hook_v"][:, :, 1]).abs().max() <= 1e-10

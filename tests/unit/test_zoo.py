@@ -50,23 +50,49 @@ def test_cached_models_are_read_only():
 
 
 def test_uploads_are_keyed_by_content_and_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(zoo, "MAX_UPLOADED", 2)
+    monkeypatch.setitem(zoo.LIMITS, "upload", 2)
     blobs = []
     for seed in range(3):
         path = tmp_path / f"{seed}.safetensors"
         io.save(Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=10, n_ctx=4, seed=seed)), path)
         blobs.append(path.read_bytes())
-    first = zoo.from_checkpoint(blobs[0])
-    assert zoo.from_checkpoint(blobs[0]) is first
+    digest, first = zoo.from_checkpoint(blobs[0])
+    assert zoo.from_checkpoint(blobs[0])[1] is first and zoo.uploaded(digest) is first
     assert torch.equal(first.embed.W_E.cpu(), Transformer(first.cfg).embed.W_E)
     zoo.from_checkpoint(blobs[1])
     zoo.from_checkpoint(blobs[2])
     assert sum(1 for key in zoo._models if key[0] == "upload") == 2
-    assert zoo.from_checkpoint(blobs[0]) is not first  # evicted, then loaded again
+    assert zoo.uploaded(digest) is None
+    assert zoo.from_checkpoint(blobs[0])[1] is not first  # evicted, then loaded again
+
+
+def test_random_models_are_bounded(monkeypatch):
+    monkeypatch.setitem(zoo.LIMITS, "random", 3)
+    configs = [ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=10, n_ctx=4, seed=500 + i) for i in range(5)]
+    models = [zoo.random_model(cfg) for cfg in configs]
+    assert sum(1 for key in zoo._models if key[0] == "random") == 3
+    assert zoo.random_model(configs[-1]) is models[-1]
 
 
 def test_bad_upload_raises_and_caches_nothing():
     before = len(zoo._models)
-    with pytest.raises(io.CheckpointError, match="empty"):
-        zoo.from_checkpoint(b"")
+    for _ in range(3):
+        with pytest.raises(io.CheckpointError, match="empty"):
+            zoo.from_checkpoint(b"")
     assert len(zoo._models) == before
+    assert zoo._key_locks == {}  # no lock left behind by a failed build
+
+
+def test_shared_model_refuses_every_mutation_but_a_copy_is_free():
+    import copy
+
+    shared = zoo.random_model(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=10, n_ctx=4, seed=78))
+    for mutate in (lambda m: m.train(), lambda m: m.requires_grad_(True), lambda m: m.load_state_dict(m.state_dict())):
+        with pytest.raises(RuntimeError, match="shared read-only"):
+            mutate(shared)
+    own = copy.deepcopy(shared)
+    own.train()
+    assert own.training and all(p.requires_grad for p in own.parameters())
+    with torch.no_grad():
+        own.embed.W_E.zero_()
+    assert shared.embed.W_E.abs().sum() > 0 and shared.read_only and not shared.training

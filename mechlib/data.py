@@ -1,0 +1,190 @@
+"""Corpora and tokenizers: the built-in English text, uploads (validated), and synthetic repeats.
+
+The built-in corpus is Python's own reference documentation, ``pydoc_data.topics``, which every
+CPython ships: about 465,000 characters, cleaned of its reStructuredText underlines. Every tenth
+paragraph is held out for evaluation.
+"""
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json",
+           "builtin_text", "validate_upload", "MAX_UPLOAD_BYTES", "TextData", "RepeatedTokens", "Mix", "Data"]
+
+BOS, UNK = "<bos>", "<unk>"
+MAX_UPLOAD_BYTES = 5 * 1024 * 1024
+_UNDERLINE = re.compile(r"^\s*([*=\-~^#\"'])\1{2,}\s*$")
+_WORD = re.compile(r"[a-z]+|[0-9]+|[^\sa-z0-9]")
+
+
+class DataError(ValueError):
+    """Text that cannot be used for training; the message says what to do instead."""
+
+
+def builtin_text(split: str = "train") -> str:
+    """The cleaned pydoc topics, in name order: ``split`` is "train" (9 of 10 paragraphs) or "heldout"."""
+    from pydoc_data.topics import topics
+
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split={split!r}; choose 'train' or 'heldout'")
+    lines = (line for name in sorted(topics) for line in topics[name].splitlines())
+    paragraphs = "\n".join(line for line in lines if not _UNDERLINE.match(line)).split("\n\n")
+    return "\n\n".join(p for i, p in enumerate(paragraphs) if (i % 10 == 9) == (split == "heldout"))
+
+
+class Tokenizer:
+    """Ids ↔ strings. Id 0 is ``<bos>``, id 1 is ``<unk>``; ``labels`` are readable names for plots."""
+
+    kind: str
+
+    def __init__(self, vocab: list[str]):
+        if vocab[:2] != [BOS, UNK] or len(set(vocab)) != len(vocab):
+            raise ValueError("a vocabulary starts with <bos>, <unk> and has no duplicates")
+        self.vocab = vocab
+        self.index = {s: i for i, s in enumerate(vocab)}
+
+    @property
+    def d_vocab(self) -> int:
+        return len(self.vocab)
+
+    def pieces(self, text: str) -> list[str]:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        return [self.index.get(p, 1) for p in self.pieces(text)]
+
+    def labels(self, ids) -> list[str]:
+        """A short readable label per id (spaces and newlines made visible)."""
+        return [self.vocab[int(i)].replace(" ", "␣").replace("\n", "⏎") for i in ids]
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, "vocab": self.vocab})
+
+
+class WordTokenizer(Tokenizer):
+    """Lower-cased words, numbers and single punctuation marks; the most frequent ``size − 2`` kept."""
+
+    kind = "word"
+
+    @staticmethod
+    def pieces(text: str) -> list[str]:
+        return _WORD.findall(text.lower())
+
+    @classmethod
+    def fit(cls, text: str, size: int) -> "WordTokenizer":
+        if size < 3:
+            raise ValueError(f"size={size}: a word vocabulary needs at least 3 entries")
+        counts = Counter(cls.pieces(text))
+        return cls([BOS, UNK] + [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: size - 2]])
+
+    def decode(self, ids) -> str:
+        return " ".join(self.vocab[int(i)] for i in ids)
+
+
+class CharTokenizer(Tokenizer):
+    """Single characters; every character of the fitted text is kept."""
+
+    kind = "char"
+
+    @staticmethod
+    def pieces(text: str) -> list[str]:
+        return list(text)
+
+    @classmethod
+    def fit(cls, text: str) -> "CharTokenizer":
+        counts = Counter(text)
+        return cls([BOS, UNK] + [c for c, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))])
+
+    def decode(self, ids) -> str:
+        return "".join(self.vocab[int(i)] for i in ids)
+
+
+def tokenizer_from_json(text: str) -> Tokenizer:
+    fields = json.loads(text)
+    kinds = {"word": WordTokenizer, "char": CharTokenizer}
+    if not isinstance(fields, dict) or fields.get("kind") not in kinds or not isinstance(fields.get("vocab"), list):
+        raise ValueError("the tokenizer is not a {kind: word|char, vocab: [...]} object")
+    if not all(isinstance(v, str) for v in fields["vocab"]):
+        raise ValueError("the tokenizer's vocabulary must be strings")
+    return kinds[fields["kind"]](fields["vocab"])
+
+
+def validate_upload(data: bytes, tokenizer: Tokenizer, n_ctx: int) -> str:
+    """The text of an uploaded .txt file, or ``DataError`` saying what is wrong and what to do."""
+    if not data:
+        raise DataError("the file is empty; upload a .txt file with some English text")
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise DataError(f"the file is {len(data) / 1e6:.1f} MB; upload at most {MAX_UPLOAD_BYTES / 1e6:.0f} MB of text")
+    sample = data[:65536]
+    controls = sum(b < 32 and b not in (9, 10, 13) for b in sample)
+    if b"\x00" in sample or controls > 0.01 * len(sample):
+        raise DataError("the file looks binary, not text; upload a plain .txt file (UTF-8)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(f"the file is not UTF-8 (bad byte at offset {error.start}); save it as UTF-8 text and upload again") from None
+    n_tokens = len(tokenizer.encode(text))
+    if n_tokens < 4 * n_ctx:
+        raise DataError(f"the text has {n_tokens:,} tokens, too short for a context of {n_ctx}; "
+                        f"upload at least {4 * n_ctx:,} tokens of text")
+    return text
+
+
+@dataclass
+class TextData:
+    """Random windows of a token stream, each starting with <bos>."""
+
+    tokens: Tensor  # [n_tokens] int64
+
+    def batch(self, generator: torch.Generator, batch: int, n_ctx: int) -> Tensor:
+        if len(self.tokens) < n_ctx:
+            raise DataError(f"{len(self.tokens)} tokens is shorter than the context of {n_ctx}")
+        starts = torch.randint(0, len(self.tokens) - n_ctx + 2, (batch,), generator=generator)
+        windows = torch.stack([self.tokens[s : s + n_ctx - 1] for s in starts.tolist()])  # [batch n_ctx-1]
+        return torch.cat([torch.zeros(batch, 1, dtype=torch.long), windows], dim=1)           # [batch n_ctx]
+
+
+@dataclass
+class RepeatedTokens:
+    """<bos>, random filler, a random segment, the same segment again, random filler.
+
+    Segment lengths come from ``lengths`` and the segment's start varies, so a model cannot solve
+    the repeat by position alone (it must find the earlier copy: an induction head).
+    """
+
+    d_vocab: int
+    lengths: tuple[int, ...]
+
+    def batch(self, generator: torch.Generator, batch: int, n_ctx: int) -> Tensor:
+        tokens = torch.randint(2, self.d_vocab, (batch, n_ctx), generator=generator)  # ids 0, 1 are <bos>, <unk>
+        tokens[:, 0] = 0
+        choices = torch.tensor([n for n in self.lengths if 2 * n + 1 <= n_ctx])
+        if not len(choices):
+            raise DataError(f"no segment length in {self.lengths} fits twice in a context of {n_ctx}")
+        lengths = choices[torch.randint(0, len(choices), (batch,), generator=generator)]
+        for row, n in enumerate(lengths.tolist()):
+            start = 1 + int(torch.randint(0, n_ctx - 2 * n, (1,), generator=generator))
+            tokens[row, start + n : start + 2 * n] = tokens[row, start : start + n]
+        return tokens
+
+
+@dataclass
+class Mix:
+    """Each sequence drawn from ``first`` with probability ``share``, else from ``second``."""
+
+    first: "Data"
+    second: "Data"
+    share: float
+
+    def batch(self, generator: torch.Generator, batch: int, n_ctx: int) -> Tensor:
+        a, b = self.first.batch(generator, batch, n_ctx), self.second.batch(generator, batch, n_ctx)
+        pick = torch.rand(batch, generator=generator) < self.share
+        return torch.where(pick[:, None], a, b)
+
+
+Data = TextData | RepeatedTokens | Mix

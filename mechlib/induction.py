@@ -1,0 +1,71 @@
+"""Induction heads (Olsson et al. 2022): repeated random sequences and the scores that find the heads.
+
+A sequence is <bos>, a random segment of length L, the same segment again: positions 1…L, then
+L+1…2L. An induction head at a second-repeat token attends to the token after that token's earlier
+copy (position q − L + 1) and copies it; a previous-token head attends to q − 1.
+"""
+
+import torch
+from torch import Tensor
+
+from mechlib.model import Transformer
+
+__all__ = ["EVAL_LENGTH", "eval_length", "repeated_sequences", "previous_token_scores", "induction_scores",
+           "second_half_loss", "evaluate"]
+
+EVAL_LENGTH = 20  # scored at this segment length; training sequences avoid it
+
+
+def eval_length(n_ctx: int) -> int:
+    """The segment length scores use for a context of n_ctx: 20, or what fits twice after <bos>."""
+    return min(EVAL_LENGTH, (n_ctx - 1) // 2)
+
+
+def repeated_sequences(d_vocab: int, length: int, batch: int, seed: int) -> Tensor:
+    """[batch, 1 + 2·length]: <bos> (id 0), a random segment of ids ≥ 2, the segment again."""
+    generator = torch.Generator().manual_seed(seed)
+    segment = torch.randint(2, d_vocab, (batch, length), generator=generator)
+    return torch.cat([torch.zeros(batch, 1, dtype=torch.long), segment, segment], dim=1)
+
+
+def previous_token_scores(patterns: Tensor) -> Tensor:
+    """Mean attention to the previous position: [layer batch head q k] -> [layer head]."""
+    return patterns.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, 3))
+
+
+def induction_scores(patterns: Tensor, tokens: Tensor, length: int) -> Tensor:
+    """Mean attention from each second-repeat token to the token after its earlier copy: [layer head].
+
+    Only valid pairs count: a query whose token occurs exactly once before it, so its earlier copy is
+    unambiguous and a perfect induction head scores 1.0.
+    """
+    queries = torch.arange(length + 1, 2 * length + 1)                            # [q]
+    earlier = (tokens[:, None, :] == tokens[:, queries, None]) & (
+        torch.arange(tokens.shape[1])[None, None, :] < queries[None, :, None])    # [batch q k]
+    valid = earlier.sum(-1) == 1                                                  # [batch q]
+    weights = patterns[..., queries, queries - length + 1]                       # [layer batch head q]
+    weights = weights * valid[None, :, None, :]
+    return weights.sum(dim=(1, 3)) / valid.sum()
+
+
+def second_half_loss(logits: Tensor, tokens: Tensor, length: int) -> Tensor:
+    """Mean cross-entropy (nats) predicting the second repeat's tokens 2…L from the ones before them."""
+    predict_from = torch.arange(length + 1, 2 * length)                           # positions L+1 … 2L−1
+    logprobs = logits[:, predict_from].log_softmax(-1)                            # [batch q d_vocab]
+    targets = tokens[:, predict_from + 1]                                         # [batch q]
+    return -logprobs.gather(-1, targets[..., None]).mean()
+
+
+@torch.inference_mode()
+def evaluate(model: Transformer, batch: int = 32, seed: int = 1234) -> dict[str, float]:
+    """Loss on the second repeat, and the best induction and previous-token scores over all heads."""
+    length = eval_length(model.cfg.n_ctx)
+    tokens = repeated_sequences(model.cfg.d_vocab, length, batch, seed)
+    logits, cache = model.run_with_cache(tokens)
+    logits, tokens = logits.cpu(), tokens
+    out = {"repeat_loss": float(second_half_loss(logits, tokens, length))}
+    if model.cfg.n_layers:
+        patterns = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"].cpu() for l in range(model.cfg.n_layers)])
+        out["induction"] = float(induction_scores(patterns, tokens, length).max())
+        out["prev_token"] = float(previous_token_scores(patterns).max())
+    return out

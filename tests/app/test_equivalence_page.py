@@ -80,7 +80,7 @@ def test_large_one_hot_is_skipped_with_a_reason(app):
     app.slider(key="B").set_value(8).run()
     app.slider(key="S").set_value(128).run()
     assert_checks_pass(app)
-    assert any(i.value.startswith("float64: skipped") and "only the lookup W_E[tokens] ran" in i.value for i in app.info)
+    assert any(i.value.startswith("float64: skipped") and "Only the lookup W_E[tokens] ran" in i.value for i in app.info)
 
 
 def fresh(**state) -> AppTest:

@@ -7,12 +7,15 @@ from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
-from pages.shell import select_slider, slider
+from pages.shell import add_session_model, select_slider, slider
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide")
 
-PAGES = [st.Page("pages/equivalence.py", title="Equivalence: heads add up", icon=":material/functions:",
-                 url_path="equivalence", default=True)]
+PAGES = [
+    st.Page("pages/equivalence.py", title="Equivalence: heads add up", icon=":material/functions:",
+            url_path="equivalence", default=True),
+    st.Page("pages/train.py", title="Train a model", icon=":material/model_training:", url_path="train"),
+]
 
 
 def random_model_sizes() -> None:
@@ -35,10 +38,10 @@ def random_model_sizes() -> None:
     st.session_state["model_choice"] = ("random", cfg.to_json())
 
 
-def uploaded_model() -> None:
+def upload_checkpoint() -> None:
     """A checkpoint the user uploads: validated before use; a bad file changes nothing."""
     upload = st.file_uploader("checkpoint (.safetensors)", type=["safetensors"], max_upload_size=MAX_BYTES // 2**20,
-                              help="Saved by mechlib.io.save or this app. Pickles are never opened.")
+                              help="Saved by mechlib.io.save or downloaded from the Train page. Pickles are never opened.")
     if upload is None:
         return
     try:
@@ -46,31 +49,56 @@ def uploaded_model() -> None:
     except CheckpointError as error:
         st.error(f"{upload.name}: {error}. The previous model stays selected.")
         return
-    st.session_state["model_choice"] = ("upload", upload.name, digest)
+    label = f"uploaded: {upload.name}"
+    if st.session_state["session_models"].get(label) != digest:
+        add_session_model(label, digest)
+        st.rerun()
 
 
 def describe_choice() -> str:
     choice = st.session_state.get("model_choice")
     if choice is None:
         return "no model chosen yet"
-    if choice[0] == "upload" and zoo.uploaded(choice[2]) is None:
+    if choice[0] == "session" and zoo.uploaded(choice[2]) is None:
         return f"{choice[1]} has left the server's cache; upload it again"
-    cfg = ModelConfig.from_json(choice[1]) if choice[0] == "random" else zoo.uploaded(choice[2]).cfg
-    where = "random weights" if choice[0] == "random" else f"from {choice[1]}"
+    model = {"zoo": lambda: zoo.load(choice[1]), "random": lambda: None,
+             "session": lambda: zoo.uploaded(choice[2])}[choice[0]]()
+    cfg = ModelConfig.from_json(choice[1]) if choice[0] == "random" else model.cfg
+    where = {"zoo": "trained here, shipped with the app", "random": "random weights", "session": choice[1]}[choice[0]]
     mlp = f", MLP {cfg.d_mlp}" if cfg.d_mlp else ", attention-only"
     return (f"**{cfg.n_layers} layers × {cfg.n_heads} heads**, d_model {cfg.d_model}, d_head {cfg.d_head}{mlp}, "
             f"vocab {cfg.d_vocab:,}, context {cfg.n_ctx} — {where}; {cfg.n_params():,} parameters, "
             f"≈ {cfg.estimate_mb(batch=1):,.1f} MB with one sequence's activations")
 
 
+def model_picker() -> None:
+    """Zoo models, a random model from sizes, and this session's trained or uploaded models."""
+    shipped = [name for name in zoo.names() if zoo.path(name).exists()]
+    session = st.session_state.setdefault("session_models", {})
+    options = shipped + ["random"] + list(session)
+    if "select_model" in st.session_state:
+        st.session_state["model"] = st.session_state.pop("select_model")
+    if st.session_state.get("model") not in options:
+        st.session_state["model"] = shipped[-1] if shipped else "random"
+    picked = st.selectbox("model", options, key="model", bind="query-params",
+                          format_func=lambda o: f"zoo: {o}" if o in shipped else ("random, from sizes" if o == "random" else o))
+    if picked in shipped:
+        st.session_state["model_choice"] = ("zoo", picked)
+        st.caption(zoo.RECIPES[picked].description)
+    elif picked == "random":
+        with st.expander("sizes", expanded=False):
+            random_model_sizes()
+    else:
+        st.session_state["model_choice"] = ("session", picked, session[picked])
+    with st.expander("upload a checkpoint", expanded=False):
+        upload_checkpoint()
+
+
 def sidebar() -> None:
     st.badge(device_label(), icon=":material/memory:", color="green" if mechlib.device.DEVICE.type == "cuda" else "gray")
     st.number_input("seed", 0, 2**31 - 1, 0, key="seed", bind="query-params",
                     help="Every random weight and token on every page is drawn from this seed.")
-    source = st.radio("model source", ["random", "upload"], key="source", bind="query-params", horizontal=True,
-                      format_func={"random": "random, from sizes", "upload": "uploaded checkpoint"}.get)
-    with st.expander("model", expanded=False):
-        random_model_sizes() if source == "random" else uploaded_model()
+    model_picker()
     st.caption(describe_choice())
     st.caption(f"Requests above {budget_mb():,.0f} MB are refused with an estimate. mechlib {mechlib.__version__}")
 
@@ -78,4 +106,5 @@ def sidebar() -> None:
 navigation = st.navigation(PAGES)
 with st.sidebar:
     sidebar()
+st.session_state["shell_ran"] = True  # pages/shell.require_shell checks for it
 navigation.run()

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json",
-           "builtin_text", "validate_upload", "MAX_UPLOAD_BYTES", "TextData", "RepeatedTokens", "Mix", "Data"]
+           "builtin_text", "bigram_distribution", "validate_upload", "SOURCES", "training_lengths", "training_data", "MAX_UPLOAD_BYTES", "TextData", "RandomTokens", "WithRepeats", "Mix",
+           "Data"]
 
 BOS, UNK = "<bos>", "<unk>"
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
@@ -114,7 +115,7 @@ def tokenizer_from_json(text: str) -> Tokenizer:
     return kinds[fields["kind"]](fields["vocab"])
 
 
-def validate_upload(data: bytes, tokenizer: Tokenizer, n_ctx: int) -> str:
+def validate_upload(data: bytes, n_ctx: int) -> str:
     """The text of an uploaded .txt file, or ``DataError`` saying what is wrong and what to do."""
     if not data:
         raise DataError("the file is empty; upload a .txt file with some English text")
@@ -128,11 +129,23 @@ def validate_upload(data: bytes, tokenizer: Tokenizer, n_ctx: int) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise DataError(f"the file is not UTF-8 (bad byte at offset {error.start}); save it as UTF-8 text and upload again") from None
-    n_tokens = len(tokenizer.encode(text))
+    n_tokens = len(WordTokenizer.pieces(text))
     if n_tokens < 4 * n_ctx:
-        raise DataError(f"the text has {n_tokens:,} tokens, too short for a context of {n_ctx}; "
-                        f"upload at least {4 * n_ctx:,} tokens of text")
+        raise DataError(f"the text has {n_tokens:,} words and marks, too short for a context of {n_ctx}; "
+                        f"upload at least {4 * n_ctx:,}")
     return text
+
+
+def bigram_distribution(tokens: Tensor, d_vocab: int) -> tuple[Tensor, Tensor]:
+    """The corpus's bigram statistics: p(current) [d_vocab] and P(next | current) [d_vocab, d_vocab].
+
+    Rows of tokens never seen as "current" are uniform (they carry no weight in p(current)).
+    """
+    counts = torch.zeros(d_vocab, d_vocab, dtype=torch.float64)
+    counts.index_put_((tokens[:-1], tokens[1:]), torch.ones(len(tokens) - 1, dtype=torch.float64), accumulate=True)
+    totals = counts.sum(-1, keepdim=True)                                     # [d_vocab 1]
+    conditional = torch.where(totals > 0, counts / totals.clamp(min=1), 1.0 / d_vocab)
+    return (totals[:, 0] / totals.sum()), conditional
 
 
 @dataclass
@@ -150,24 +163,36 @@ class TextData:
 
 
 @dataclass
-class RepeatedTokens:
-    """<bos>, random filler, a random segment, the same segment again, random filler.
-
-    Segment lengths come from ``lengths`` and the segment's start varies, so a model cannot solve
-    the repeat by position alone (it must find the earlier copy: an induction head).
-    """
+class RandomTokens:
+    """<bos>, then uniformly random ids (≥ 2, never <bos> or <unk>)."""
 
     d_vocab: int
+
+    def batch(self, generator: torch.Generator, batch: int, n_ctx: int) -> Tensor:
+        tokens = torch.randint(2, self.d_vocab, (batch, n_ctx), generator=generator)
+        tokens[:, 0] = 0
+        return tokens
+
+
+@dataclass
+class WithRepeats:
+    """Sequences from ``source`` in which a segment is copied right after itself.
+
+    Segment lengths come from ``lengths`` and the segment's start varies, so a model cannot solve
+    the repeat by position alone: it must find the earlier copy (an induction head).
+    """
+
+    source: "Data"
     lengths: tuple[int, ...]
 
     def batch(self, generator: torch.Generator, batch: int, n_ctx: int) -> Tensor:
-        tokens = torch.randint(2, self.d_vocab, (batch, n_ctx), generator=generator)  # ids 0, 1 are <bos>, <unk>
-        tokens[:, 0] = 0
-        choices = torch.tensor([n for n in self.lengths if 2 * n + 1 <= n_ctx])
-        if not len(choices):
+        tokens = self.source.batch(generator, batch, n_ctx).clone()  # [batch pos]
+        choices = [n for n in self.lengths if 2 * n + 1 <= n_ctx]
+        if not choices:
             raise DataError(f"no segment length in {self.lengths} fits twice in a context of {n_ctx}")
-        lengths = choices[torch.randint(0, len(choices), (batch,), generator=generator)]
-        for row, n in enumerate(lengths.tolist()):
+        picks = torch.randint(0, len(choices), (batch,), generator=generator).tolist()
+        for row, pick in enumerate(picks):
+            n = choices[pick]
             start = 1 + int(torch.randint(0, n_ctx - 2 * n, (1,), generator=generator))
             tokens[row, start + n : start + 2 * n] = tokens[row, start : start + n]
         return tokens
@@ -187,4 +212,43 @@ class Mix:
         return torch.where(pick[:, None], a, b)
 
 
-Data = TextData | RepeatedTokens | Mix
+Data = TextData | RandomTokens | WithRepeats | Mix
+
+
+SOURCES = {"words": "built-in text, words", "chars": "built-in text, characters",
+           "random": "random tokens with repeats", "upload": "uploaded text"}
+WORD_VOCAB = 1000    # the word tokenizer keeps the 1,000 most frequent words (with <bos> and <unk>)
+RANDOM_VOCAB = 100   # ids of the random-token data
+
+
+def training_lengths(n_ctx: int) -> tuple[int, ...]:
+    """Segment lengths for training repeats: 4 … (n_ctx−1)/2, without the one scores are measured at."""
+    from mechlib.induction import eval_length
+
+    return tuple(n for n in range(4, (n_ctx - 1) // 2 + 1) if n != eval_length(n_ctx))
+
+
+def training_data(source: str, n_ctx: int, repeats: float, text: str | None = None) -> tuple[Tokenizer | None, Data]:
+    """The tokenizer and batches for ``source`` (a key of ``SOURCES``; "upload" needs ``text``).
+
+    ``repeats`` is the share of sequences that get a copied segment, half in the text itself and half in
+    random tokens of the same vocabulary; random tokens always repeat. Raises ``DataError``.
+    """
+    if source not in SOURCES:
+        raise ValueError(f"source={source!r}; choose one of {', '.join(SOURCES)}")
+    if not 0 <= repeats <= 1:
+        raise ValueError(f"repeats={repeats}: a share between 0 and 1")
+    lengths = training_lengths(n_ctx)
+    if source == "random":
+        return None, WithRepeats(RandomTokens(RANDOM_VOCAB), lengths)
+    if source == "upload" and text is None:
+        raise DataError("no uploaded text; upload a .txt file first")
+    corpus = builtin_text() if source in ("words", "chars") else text
+    tokenizer = CharTokenizer.fit(corpus) if source == "chars" else WordTokenizer.fit(corpus, WORD_VOCAB)
+    stream = TextData(torch.tensor(tokenizer.encode(corpus)))
+    if len(stream.tokens) < 4 * n_ctx:
+        raise DataError(f"the text has {len(stream.tokens):,} tokens, too short for a context of {n_ctx}")
+    if not repeats:
+        return tokenizer, stream
+    copies = Mix(WithRepeats(stream, lengths), WithRepeats(RandomTokens(tokenizer.d_vocab), lengths), 0.5)
+    return tokenizer, Mix(copies, stream, repeats)

@@ -4,7 +4,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-__all__ = ["head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap"]
+__all__ = ["head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "training_curves"]
 
 FONT = {"size": 14}
 
@@ -65,3 +65,25 @@ def head_contributions_heatmap(head_results: np.ndarray, summed: np.ndarray, att
     fig.update_xaxes(title="d_model index")
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, f"Per-head vectors at position {position}: the last two rows match", 120 + 26 * len(labels))
+
+
+def training_curves(history: list[dict[str, float]]) -> go.Figure:
+    """Loss (nats per token) and the induction / previous-token scores against the training step."""
+    from plotly.subplots import make_subplots
+
+    steps = [row["step"] for row in history]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("loss", "best head scores"), horizontal_spacing=0.12)
+    for key, name, colour in (("loss", "training loss", "#636EFA"), ("repeat_loss", "loss on second repeats", "#EF553B")):
+        fig.add_trace(go.Scatter(x=steps, y=[row[key] for row in history], name=name, mode="lines+markers",
+                                 line={"color": colour}, hovertemplate=f"step %{{x}}<br>{name} %{{y:.3f}} nats<extra></extra>"),
+                      row=1, col=1)
+    for key, name, colour in (("induction", "induction score", "#00CC96"), ("prev_token", "previous-token score", "#AB63FA")):
+        if history and key in history[0]:
+            fig.add_trace(go.Scatter(x=steps, y=[row[key] for row in history], name=name, mode="lines+markers",
+                                     line={"color": colour}, hovertemplate=f"step %{{x}}<br>{name} %{{y:.3f}}<extra></extra>"),
+                          row=1, col=2)
+    fig.update_xaxes(title="training step")
+    fig.update_yaxes(title="nats per token", row=1, col=1)
+    fig.update_yaxes(title="mean attention (0–1)", range=[0, 1.05], row=1, col=2)
+    fig.update_layout(legend={"orientation": "h", "y": -0.25})
+    return _layout(fig, "Training", 420)

@@ -16,10 +16,11 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from mechlib.config import ModelConfig
+from mechlib.data import Tokenizer, tokenizer_from_json
 from mechlib.device import BudgetError
 from mechlib.model import Transformer
 
-__all__ = ["CheckpointError", "save", "load", "MAX_BYTES", "FORMAT"]
+__all__ = ["CheckpointError", "save", "to_bytes", "write_atomic", "load", "MAX_BYTES", "FORMAT"]
 
 FORMAT = "addition-machines/1"
 MAX_BYTES = 64 * 1024 * 1024
@@ -31,11 +32,22 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message says why and what to do."""
 
 
+def to_bytes(model: Transformer) -> bytes:
+    """The model as safetensors bytes: weights, config and (when it has one) tokenizer."""
+    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    metadata = {"format": FORMAT, "config": model.cfg.to_json()}
+    if getattr(model, "tokenizer", None) is not None:
+        metadata["tokenizer"] = model.tokenizer.to_json()
+    return st_save(tensors, metadata=metadata)
+
+
 def save(model: Transformer, path: str | Path) -> None:
     """Write ``model`` to ``path`` atomically (a temporary file, then a rename)."""
-    path = Path(path)
-    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    data = st_save(tensors, metadata={"format": FORMAT, "config": model.cfg.to_json()})
+    write_atomic(Path(path), to_bytes(model))
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a part."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -62,6 +74,7 @@ def load(source: str | Path | bytes) -> Transformer:
         data = path.read_bytes()
     metadata = _read_header(data)
     cfg = _read_config(metadata)
+    tokenizer = _read_tokenizer(metadata, cfg)
     try:
         tensors = st_load(data)
     except Exception as error:  # safetensors reports damage with its own error types
@@ -74,6 +87,7 @@ def load(source: str | Path | bytes) -> Transformer:
     _check_tensors(tensors, expected, cfg)
     model = Transformer(cfg).to(tensors["embed.W_E"].dtype)
     model.load_state_dict(tensors)
+    model.tokenizer = tokenizer
     return model
 
 
@@ -112,6 +126,18 @@ def _read_config(metadata: dict[str, str]) -> ModelConfig:
         raise CheckpointError("the checkpoint's model config is not a flat JSON object") from None
     except (ValueError, TypeError) as error:
         raise CheckpointError(f"the checkpoint's model config is invalid: {error}") from None
+
+
+def _read_tokenizer(metadata: dict[str, str], cfg: ModelConfig) -> Tokenizer | None:
+    if "tokenizer" not in metadata:
+        return None
+    try:
+        tokenizer = tokenizer_from_json(metadata["tokenizer"])
+    except (ValueError, RecursionError) as error:
+        raise CheckpointError(f"the checkpoint's tokenizer is invalid: {error}") from None
+    if tokenizer.d_vocab != cfg.d_vocab:
+        raise CheckpointError(f"the tokenizer has {tokenizer.d_vocab} entries but the model's d_vocab is {cfg.d_vocab}")
+    return tokenizer
 
 
 def _check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], cfg: ModelConfig) -> None:

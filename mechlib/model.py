@@ -164,18 +164,19 @@ class Transformer(nn.Module):
             self.ln_final = LayerNorm(cfg)
         self.unembed = Unembed(cfg)
         self.read_only = False
+        self.tokenizer = None  # a mechlib.data.Tokenizer for models trained on text; saved with the model
         self._init_weights()
 
     def _init_weights(self) -> None:
         generator = torch.Generator().manual_seed(self.cfg.seed)
-        fan_in = {"W_E": 1, "W_pos": 1, "W_Q": self.cfg.d_model, "W_K": self.cfg.d_model,
-                  "W_V": self.cfg.d_model, "W_in": self.cfg.d_model, "W_U": self.cfg.d_model,
-                  "W_O": self.cfg.n_heads * self.cfg.d_head, "W_out": self.cfg.d_mlp}
+        d, heads = self.cfg.d_model**-0.5, (self.cfg.n_heads * self.cfg.d_head) ** -0.5
+        std = {"W_E": 1.0, "W_pos": 0.1, "W_Q": d, "W_K": d, "W_V": d, "W_in": d, "W_U": d, "W_O": heads,
+               "W_out": (self.cfg.d_mlp or 1) ** -0.5}
         with torch.no_grad():
             for name, param in self.named_parameters():
                 leaf = name.rsplit(".", 1)[-1]
-                if leaf in fan_in:
-                    param.normal_(0.0, fan_in[leaf] ** -0.5, generator=generator)
+                if leaf in std:
+                    param.normal_(0.0, std[leaf], generator=generator)
 
     def _refuse_if_shared(self, what: str) -> None:
         if self.read_only:

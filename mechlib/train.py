@@ -16,11 +16,11 @@ import torch
 
 from mechlib import induction, io
 from mechlib.config import ModelConfig
-from mechlib.data import Data, Tokenizer
-from mechlib.device import DEVICE
+from mechlib.data import Data, Tokenizer, training_data
+from mechlib.device import DEVICE, require_budget
 from mechlib.model import Transformer
 
-__all__ = ["Progress", "TrainResult", "train", "TrainingQueue", "QUEUE"]
+__all__ = ["Progress", "TrainResult", "train", "estimate_mb", "TrainingQueue", "QUEUE"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ def train(cfg: ModelConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_s
     """
     if steps < 1:
         raise ValueError(f"steps={steps}: train for at least one step")
+    require_budget(estimate_mb(cfg, batch_size), f"training a model of {cfg.n_params():,} parameters")
     model = Transformer(cfg).to(DEVICE)
     model.tokenizer = tokenizer
     generator = torch.Generator().manual_seed(seed)
@@ -87,11 +88,18 @@ def train(cfg: ModelConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_s
         if step % eval_every == 0 or step == steps:
             model.eval()
             metrics = induction.evaluate(model)
-            result.history.append({"step": step, "loss": float(loss), **metrics})
+            result.history.append({"step": step, "loss": loss.item(), **metrics})
             if on_progress is not None:
-                on_progress(Progress(step, steps, float(loss), metrics, time.perf_counter() - start))
+                on_progress(Progress(step, steps, loss.item(), metrics, time.perf_counter() - start))
     model.eval()
     return result
+
+
+def estimate_mb(cfg: ModelConfig, batch_size: int) -> float:
+    """Training memory in MB: weights, gradients and AdamW's two moments (4 × the weights), plus the
+    activations of one batch about three times (kept for the backward pass, and their gradients)."""
+    weights = cfg.n_params() * 4 / 1e6
+    return 4 * weights + 3 * (cfg.estimate_mb(batch_size) - weights)
 
 
 class TrainingQueue:
@@ -141,3 +149,95 @@ class TrainingQueue:
 
 
 QUEUE = TrainingQueue(limit=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# `python -m mechlib.train NAME`: rebuild a zoo model from scratch and print its figures.
+
+@torch.inference_mode()
+def heldout_loss(model: Transformer, batches: int = 8, batch_size: int = 32) -> float:
+    """Mean next-token loss (nats) on held-out built-in text, in fixed windows."""
+    from mechlib.data import TextData, builtin_text
+
+    stream = TextData(torch.tensor(model.tokenizer.encode(builtin_text("heldout"))))
+    generator, losses = torch.Generator().manual_seed(4321), []
+    for _ in range(batches):
+        tokens = stream.batch(generator, batch_size, model.cfg.n_ctx).to(DEVICE)
+        logits = model(tokens)
+        losses.append(float(torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())))
+    return sum(losses) / len(losses)
+
+
+@torch.inference_mode()
+def bigram_kl(model: Transformer) -> tuple[float, float]:
+    """(KL(corpus bigrams ‖ model), the corpus's conditional bigram entropy), both in nats.
+
+    For a zero-layer shortformer model the logits of a token are exactly W_E[token] W_U + b_U.
+    """
+    from mechlib.data import bigram_distribution, builtin_text
+
+    tokens = torch.tensor(model.tokenizer.encode(builtin_text()))
+    p_current, P = bigram_distribution(tokens, model.cfg.d_vocab)              # [V], [V V]
+    logits = model.embed.W_E @ model.unembed.W_U + model.unembed.b_U           # [V V]
+    log_Q = logits.double().cpu().log_softmax(-1)
+    log_P = torch.where(P > 0, P.log(), 0.0)
+    kl = (p_current[:, None] * P * (log_P - log_Q)).sum()
+    entropy = -(p_current[:, None] * P * log_P).sum()
+    return float(kl), float(entropy)
+
+
+def rebuild(name: str) -> TrainResult:
+    """Train zoo model ``name`` from scratch, deterministically, and write it (and its snapshots)."""
+    import json
+
+    from mechlib import zoo
+
+    recipe = zoo.RECIPES[name]
+    tokenizer, data = training_data(recipe.source, recipe.cfg.n_ctx, recipe.repeats)
+    cfg = ModelConfig(**{**recipe.cfg.__dict__, "d_vocab": tokenizer.d_vocab})
+    folder = zoo.CHECKPOINTS / name
+    every = recipe.steps // recipe.snapshots if recipe.snapshots else None
+    if every:
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("step_*.safetensors"):
+            old.unlink()
+
+    def report(progress: Progress) -> None:
+        print(f"step {progress.step:5d}/{progress.steps}  loss {progress.loss:.3f}  "
+              + "  ".join(f"{k} {v:.3f}" for k, v in progress.metrics.items()) + f"  {progress.elapsed_s:.0f} s", flush=True)
+
+    result = train(cfg, data, recipe.steps, lr=recipe.lr, batch_size=recipe.batch_size, seed=recipe.seed,
+                   eval_every=max(1, recipe.steps // 20), on_progress=report, checkpoint_every=every,
+                   checkpoint_dir=folder if every else None, tokenizer=tokenizer)
+    if every:
+        for snapshot in folder.glob("step_*.safetensors"):  # the snapshots carry the tokenizer too
+            model = io.load(snapshot)
+            model.tokenizer = tokenizer
+            io.save(model, snapshot)
+        io.write_atomic(folder / "history.json", json.dumps(result.history, indent=1).encode())
+    io.save(result.model, zoo.path(name))
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    from mechlib import zoo
+
+    parser = argparse.ArgumentParser(prog="python -m mechlib.train", description=__doc__)
+    parser.add_argument("name", choices=zoo.names())
+    name = parser.parse_args(argv).name
+    torch.manual_seed(0)
+    result = rebuild(name)
+    model = result.model.eval()
+    print(f"\n{name}: {model.cfg.n_params():,} parameters, {zoo.path(name).stat().st_size / 1e6:.2f} MB")
+    print(f"held-out loss {heldout_loss(model):.3f} nats/token")
+    if model.cfg.n_layers == 0:
+        kl, entropy = bigram_kl(model)
+        print(f"KL(corpus bigrams ‖ model) {kl:.3f} nats; corpus bigram entropy {entropy:.3f} nats")
+    else:
+        print("  ".join(f"{k} {v:.3f}" for k, v in induction.evaluate(model).items()))
+
+
+if __name__ == "__main__":
+    main()

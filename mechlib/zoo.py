@@ -7,19 +7,23 @@ model: interventions are forward arguments or work on a copy (``copy.deepcopy`` 
 """
 
 import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-from mechlib import io
+from mechlib import data, io
 from mechlib.config import ModelConfig
 from mechlib.device import DEVICE
 from mechlib.model import Transformer
 
-__all__ = ["random_model", "from_checkpoint", "uploaded", "LIMITS"]
+__all__ = ["random_model", "from_checkpoint", "uploaded", "LIMITS", "Recipe", "RECIPES", "names", "load",
+           "snapshot_steps", "load_snapshot", "history"]
 
 # Models of each kind kept at once; the least recently used goes first.
-LIMITS = {"random": 8, "upload": 16}
+LIMITS = {"random": 8, "upload": 16, "zoo": 8, "snapshot": 24, "session": 16}
 
 _lock = threading.Lock()
 _models: OrderedDict[tuple, Transformer] = OrderedDict()
@@ -71,3 +75,86 @@ def from_checkpoint(data: bytes) -> tuple[str, Transformer]:
 def uploaded(digest: str) -> Transformer | None:
     """The model uploaded with this digest, or None once it has left the cache (upload it again)."""
     return _lookup(("upload", digest, str(DEVICE)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The named models, shipped in mechlib/checkpoints/ and rebuilt by `python -m mechlib.train NAME`.
+
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a zoo model is made: its config, its data (``mechlib.data.training_data``), the optimiser's settings."""
+
+    cfg: ModelConfig
+    source: str               # "words" or "chars" (the built-in text)
+    repeats: float            # share of sequences with a copied segment (0: plain text)
+    steps: int
+    lr: float
+    description: str
+    snapshots: int = 0        # checkpoints kept across training, for replaying it
+    batch_size: int = 32
+    seed: int = 0
+
+
+RECIPES: dict[str, Recipe] = {
+    "attn-only-0l": Recipe(
+        ModelConfig(n_layers=0, d_model=128, n_heads=1, d_vocab=data.WORD_VOCAB, n_ctx=64, positional="shortformer"),
+        "words", 0.0, steps=1500, lr=3e-3,
+        description="no layers: logits = W_E W_U, the bigram path (word-level, built-in text)"),
+    "attn-only-1l": Recipe(
+        ModelConfig(n_layers=1, d_model=128, n_heads=4, d_vocab=data.WORD_VOCAB, n_ctx=64, positional="shortformer"),
+        "words", 0.0, steps=2000, lr=3e-3,
+        description="one attention layer, 4 heads: skip-trigrams and copying (word-level, built-in text)"),
+    "attn-only-2l": Recipe(
+        ModelConfig(n_layers=2, d_model=128, n_heads=4, d_vocab=105, n_ctx=64),
+        "chars", 0.5, steps=5000, lr=1e-2, snapshots=20,
+        description="two attention layers, 4 heads each: a previous-token head and an induction head "
+                    "(characters, built-in text mixed with repeated spans)"),
+    "gelu-2l": Recipe(
+        ModelConfig(n_layers=2, d_model=128, n_heads=4, d_vocab=data.WORD_VOCAB, n_ctx=64, d_mlp=512, normalization="LN"),
+        "words", 0.0, steps=2000, lr=3e-3,
+        description="two layers with GELU MLPs and LayerNorm, for the residual-stream ledger (word-level, built-in text)"),
+}
+
+
+def names() -> list[str]:
+    """The zoo's model names."""
+    return list(RECIPES)
+
+
+def path(name: str) -> Path:
+    return CHECKPOINTS / f"{name}.safetensors"
+
+
+def _known(name: str) -> None:
+    if name not in RECIPES:
+        raise KeyError(f"no zoo model named {name!r}; choose from {', '.join(RECIPES)}")
+
+
+def load(name: str) -> Transformer:
+    """The shared, read-only zoo model ``name``, with ``model.cfg`` and ``model.tokenizer``."""
+    _known(name)
+    return _cached(("zoo", name, str(DEVICE)), lambda: io.load(path(name)))
+
+
+def snapshot_steps(name: str) -> list[int]:
+    """The training steps at which ``name`` was saved (empty when it keeps no snapshots)."""
+    _known(name)
+    folder = CHECKPOINTS / name
+    return sorted(int(p.stem.removeprefix("step_")) for p in folder.glob("step_*.safetensors")) if folder.is_dir() else []
+
+
+def load_snapshot(name: str, step: int) -> Transformer:
+    """The shared, read-only model ``name`` as it was at training step ``step``."""
+    if step not in snapshot_steps(name):
+        raise KeyError(f"{name} has no snapshot at step {step}; it has {snapshot_steps(name)}")
+    return _cached(("snapshot", f"{name}@{step}", str(DEVICE)), lambda: io.load(CHECKPOINTS / name / f"step_{step:05d}.safetensors"))
+
+
+def history(name: str) -> list[dict[str, float]]:
+    """The evaluation rows (step, loss, repeat_loss, induction, prev_token) recorded while training ``name``."""
+    _known(name)
+    file = CHECKPOINTS / name / "history.json"
+    return json.loads(file.read_text()) if file.exists() else []

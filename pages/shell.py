@@ -5,13 +5,14 @@ from streamlit.runtime.pages_manager import PagesManager
 
 
 def require_shell() -> None:
-    """Make sure app.py (sidebar, navigation) ran before this page; call first on every page.
+    """Make sure app.py (sidebar, navigation) ran before this page in this run; call first on every page.
 
-    Because a pages/ folder exists, Streamlit 1.67 serves a fresh server's first request in its
-    legacy multipage mode, which runs the page file alone. The sidebar's seed is then missing:
-    switch that mode off (as st.navigation itself does) and rerun, so app.py runs first.
+    Because a pages/ folder exists, Streamlit 1.67 can run a page file alone in its legacy multipage
+    mode: on a fresh server's first request, and on every AppTest rerun. app.py leaves a mark just
+    before it runs the page; without it, switch that mode off (as st.navigation itself does) and
+    rerun, so app.py runs first.
     """
-    if "seed" not in st.session_state:
+    if not st.session_state.pop("shell_ran", False):
         PagesManager.uses_pages_directory = False
         st.rerun()
 
@@ -32,3 +33,10 @@ def select_slider(label: str, options: list[int], default: int, key: str) -> int
         return st.select_slider(label, options, key=key, bind="query-params")
     value = default if default in options else min(options, key=lambda o: abs(o - default))
     return st.select_slider(label, options, value, key=key, bind="query-params")
+
+
+def add_session_model(label: str, digest: str) -> None:
+    """Add a trained or uploaded model (kept by mechlib.zoo under its digest) to this session; the sidebar
+    selects it on the next run (a widget's value cannot change after it is drawn)."""
+    st.session_state.setdefault("session_models", {})[label] = digest
+    st.session_state["select_model"] = label

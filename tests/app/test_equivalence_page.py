@@ -83,42 +83,36 @@ def test_large_one_hot_is_skipped_with_a_reason(app):
     assert any(i.value.startswith("float64: skipped") and "Only the lookup W_E[tokens] ran" in i.value for i in app.info)
 
 
-def fresh(**state) -> AppTest:
-    """A first run with preset widget state. AppTest (Streamlit 1.67) drops the sidebar of an
-    st.navigation app from its element tree after the first run, so sidebar widgets are set this way."""
-    at = AppTest.from_file(APP, default_timeout=120)
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.run()
-    return at
-
-
 def test_sidebar_seed_changes_the_numbers(app):
-    assert app.sidebar.number_input(key="seed").value == 0
-    other = fresh(seed=7)
-    assert other.sidebar.number_input(key="seed").value == 7
-    assert_checks_pass(other)
-    assert [m.value for m in other.metric] != [m.value for m in app.metric]
+    before = [m.value for m in app.metric]
+    app.sidebar.number_input(key="seed").set_value(7).run()
+    assert_checks_pass(app)
+    assert [m.value for m in app.metric] != before
 
 
-def test_sidebar_model_sizes_are_described(app):
+def test_sidebar_random_model_sizes_are_described(app):
+    app.sidebar.selectbox(key="model").set_value("random").run()
     assert any("2 layers × 4 heads" in c.value for c in app.sidebar.caption)
-    at = fresh(layers=1, d_model=128, heads=8, mlp=True, ln=True)
-    assert not at.exception and not at.error
-    assert [w.value for w in (at.sidebar.slider(key="layers"), at.sidebar.select_slider(key="d_model"),
-                              at.sidebar.select_slider(key="heads"))] == [1, 128, 8]
-    assert any("1 layers × 8 heads" in c.value and "MLP 512" in c.value for c in at.sidebar.caption)
-    assert '"d_mlp": 512' in at.session_state["model_choice"][1]
+    app.sidebar.slider(key="layers").set_value(1).run()
+    app.sidebar.select_slider(key="d_model").set_value(128).run()
+    app.sidebar.select_slider(key="heads").set_value(8).run()
+    app.sidebar.toggle(key="mlp").set_value(True).run()
+    app.sidebar.toggle(key="ln").set_value(True).run()
+    assert not app.exception and not app.error
+    assert any("1 layers × 8 heads" in c.value and "MLP 512" in c.value for c in app.sidebar.caption)
+    assert '"d_mlp": 512' in app.session_state["model_choice"][1]
 
 
-def test_sidebar_refuses_a_memory_busting_model_with_its_estimate():
-    at = fresh(layers=4, d_model=1024, heads=16, vocab=50_000, ctx=2048, mlp=True)
-    assert not at.exception
+def test_sidebar_refuses_a_memory_busting_model_and_keeps_the_previous(app):
+    app.sidebar.selectbox(key="model").set_value("random").run()
+    app.sidebar.select_slider(key="d_model").set_value(1024).run()
+    app.sidebar.select_slider(key="heads").set_value(16).run()
+    app.sidebar.number_input(key="vocab").set_value(50_000).run()
+    app.sidebar.slider(key="layers").set_value(4).run()
+    previous = app.session_state["model_choice"]
+    app.sidebar.number_input(key="ctx").set_value(2048).run()
+    assert not app.exception
     assert any("above this server's budget" in e.value and "would need about" in e.value and " MB" in e.value
-               for e in at.sidebar.error)
-    assert "model_choice" not in at.session_state  # nothing was selected from the refused sizes
-    assert_checks_pass_outside_sidebar(at)
-
-
-def assert_checks_pass_outside_sidebar(at: AppTest) -> None:
-    assert not at.main.error and len(shown_differences(at)) == 2
+               and "previous model stays selected" in e.value for e in app.sidebar.error)
+    assert app.session_state["model_choice"] == previous
+    assert len(shown_differences(app)) == 2  # the page itself still works

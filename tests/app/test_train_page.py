@@ -1,0 +1,57 @@
+"""AppTest for the Train page: widgets move, a short training run completes and joins the sidebar."""
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+
+
+def train_page(**state) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page("pages/train.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_defaults_show_sizes_memory_and_queue():
+    at = train_page()
+    caption = next(c.value for c in at.caption if "parameters" in c.value)
+    assert "MB while training" in caption and "at most 2 trainings run at once" in caption
+    assert at.radio(key="t_data").value == "words"
+
+
+@pytest.mark.parametrize("key, value", [("t_layers", 1), ("t_heads", 4), ("t_ctx", 64), ("t_mlp", True), ("t_ln", True),
+                                        ("t_repeats", 0.0), ("t_steps", 100), ("t_lr", 1e-3), ("t_d_model", 128)])
+def test_each_widget_moves(key, value):
+    at = train_page()
+    for kind in ("slider", "select_slider", "toggle"):
+        try:
+            getattr(at, kind)(key=key).set_value(value).run()
+            break
+        except KeyError:
+            continue
+    assert not at.exception and not at.error
+    assert at.session_state[key] == value
+
+
+def test_a_short_training_run_completes_and_joins_the_sidebar():
+    at = train_page(t_d_model=32, t_heads=2, t_ctx=32, t_data="random", t_steps=50)
+    at.button[0].click().run()
+    assert not at.exception, at.exception
+    last = at.session_state["last_trained"]
+    assert last["label"] in at.session_state["session_models"]
+    assert at.session_state["model"] == last["label"]          # the sidebar selected it
+    assert at.session_state["model_choice"][0] == "session"
+    assert [row["step"] for row in last["history"]][-1] == 50
+    assert any("Final loss" in s.value for s in at.success)
+
+
+def test_bad_upload_keeps_previous_data():
+    at = train_page(t_data="upload")
+    assert any("upload a .txt file" in e.value for e in at.error)

@@ -1,0 +1,101 @@
+"""Corpora and tokenizers: round trips, upload validation messages, synthetic repeats."""
+
+import pytest
+import torch
+
+from mechlib import data
+from mechlib.data import CharTokenizer, DataError, WordTokenizer
+
+
+@pytest.fixture(scope="module")
+def corpus() -> str:
+    return data.builtin_text()
+
+
+def test_builtin_corpus_is_cleaned_and_split(corpus):
+    heldout = data.builtin_text("heldout")
+    assert 350_000 < len(corpus) < 480_000 and 20_000 < len(heldout) < 80_000
+    underlines = [line for line in corpus.splitlines() if line.strip() and set(line.strip()) <= set("*=-~^#")]
+    assert underlines == []  # reST heading underlines removed
+    assert "assert" in corpus and heldout not in corpus
+
+
+def test_word_tokenizer_round_trip_and_unknowns(corpus):
+    tok = WordTokenizer.fit(corpus, 500)
+    assert tok.d_vocab == 500 and tok.vocab[:2] == ["<bos>", "<unk>"]
+    text = "The class is an object, and the value of x is 1."
+    ids = tok.encode(text)
+    assert tok.decode(ids) == "the class is an object , and the value of x is 1 ."
+    assert tok.encode("zyzzyva") == [1]  # an unknown word is <unk>
+    assert tok.labels([0, 1, tok.index["the"]]) == ["<bos>", "<unk>", "the"]
+
+
+def test_char_tokenizer_round_trip(corpus):
+    tok = CharTokenizer.fit(corpus)
+    text = "def f(x):\n    return x + 1"
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.labels(tok.encode(" \n")) == ["␣", "⏎"]
+
+
+@pytest.mark.parametrize("tok", [WordTokenizer(["<bos>", "<unk>", "a", "b"]), CharTokenizer(["<bos>", "<unk>", "a"])])
+def test_tokenizer_json_round_trip(tok):
+    again = data.tokenizer_from_json(tok.to_json())
+    assert type(again) is type(tok) and again.vocab == tok.vocab
+
+
+def test_bad_tokenizer_json():
+    with pytest.raises(ValueError, match="tokenizer is not"):
+        data.tokenizer_from_json('{"kind": "bpe", "vocab": []}')
+    with pytest.raises(ValueError, match="starts with <bos>, <unk>"):
+        data.tokenizer_from_json('{"kind": "word", "vocab": ["a", "b"]}')
+
+
+@pytest.mark.parametrize("payload, message", [
+    (b"", "the file is empty"),
+    (b"x" * (data.MAX_UPLOAD_BYTES + 1), "upload at most 5 MB"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" * 10, "looks binary"),
+    ("naïve café".encode("latin-1") * 100, "not UTF-8 (bad byte at offset 2)"),
+    (b"a few words only", "the text has 4 words and marks, too short for a context of 64; upload at least 256"),
+])
+def test_each_bad_upload_gets_a_message(payload, message):
+    with pytest.raises(DataError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        data.validate_upload(payload, n_ctx=64)
+
+
+def test_good_upload_returns_its_text():
+    text = "the cat sat on the mat. " * 60
+    assert data.validate_upload(text.encode(), n_ctx=64) == text
+
+
+def test_random_tokens_with_repeats_copy_a_segment():
+    g = torch.Generator().manual_seed(0)
+    source = data.WithRepeats(data.RandomTokens(50), lengths=(5,))
+    tokens = source.batch(g, 16, 24)
+    assert tokens.shape == (16, 24) and torch.all(tokens[:, 0] == 0) and torch.all(tokens[:, 1:] >= 2)
+    for row in tokens:
+        assert any(torch.equal(row[s : s + 5], row[s + 5 : s + 10]) for s in range(1, 15))
+
+
+def test_repeats_vary_in_length_and_start():
+    g = torch.Generator().manual_seed(1)
+    tokens = data.WithRepeats(data.RandomTokens(1000), lengths=(3, 7)).batch(g, 64, 32)
+    found = set()
+    for row in tokens:
+        for n in (7, 3):
+            starts = [s for s in range(1, 32 - 2 * n + 1) if torch.equal(row[s : s + n], row[s + n : s + 2 * n])]
+            if starts:
+                found.add((n, starts[0]))
+                break
+    assert {n for n, _ in found} == {3, 7} and len({s for _, s in found}) > 5
+
+
+def test_text_windows_start_with_bos_and_mix_draws_from_both():
+    g = torch.Generator().manual_seed(2)
+    text = data.TextData(torch.arange(2, 500))
+    windows = text.batch(g, 8, 10)
+    assert torch.all(windows[:, 0] == 0) and torch.all(windows[:, 2:] - windows[:, 1:-1] == 1)
+    mixed = data.Mix(text, data.RandomTokens(5), 0.5).batch(g, 64, 10)
+    consecutive = (mixed[:, 2:] - mixed[:, 1:-1] == 1).all(-1)
+    assert 10 < int(consecutive.sum()) < 54
+    with pytest.raises(DataError, match="fits twice"):
+        data.WithRepeats(data.RandomTokens(5), (20,)).batch(g, 1, 10)

@@ -1,0 +1,117 @@
+"""Training: deterministic, it learns, checkpoints are atomic, and the server-wide queue is fair."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from mechlib import io, train
+from mechlib.config import ModelConfig
+from mechlib.data import RandomTokens, WithRepeats
+
+CFG = ModelConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=20, n_ctx=24, seed=3)
+DATA = WithRepeats(RandomTokens(20), lengths=(4, 5, 6, 7))
+
+
+def test_training_is_deterministic_for_a_seed():
+    runs = [train.train(CFG, DATA, 30, seed=7, eval_every=10) for _ in range(2)]
+    assert [r["loss"] for r in runs[0].history] == [r["loss"] for r in runs[1].history]
+    assert all(torch.equal(a, b) for a, b in zip(runs[0].model.state_dict().values(), runs[1].model.state_dict().values()))
+    other = train.train(CFG, DATA, 30, seed=8, eval_every=10)
+    assert [r["loss"] for r in other.history] != [r["loss"] for r in runs[0].history]
+
+
+def test_training_reduces_loss():
+    result = train.train(CFG, DATA, 200, lr=3e-3, seed=0, eval_every=20)
+    first, last = result.history[0]["loss"], sum(r["loss"] for r in result.history[-3:]) / 3
+    assert last < first - 0.1, (first, last)
+    assert not result.model.training
+
+
+def test_progress_reports_metrics_and_can_stop_training():
+    seen = []
+
+    def on_progress(progress: train.Progress):
+        seen.append(progress)
+        if progress.step == 20:
+            raise KeyboardInterrupt  # what a closed tab does to a Streamlit run, in spirit
+
+    with pytest.raises(KeyboardInterrupt):
+        train.train(CFG, DATA, 100, eval_every=10, on_progress=on_progress)
+    assert [p.step for p in seen] == [10, 20]
+    assert set(seen[0].metrics) == {"repeat_loss", "induction", "prev_token"}
+    assert all(0 <= seen[0].metrics[k] <= 1 for k in ("induction", "prev_token"))
+
+
+def test_checkpoints_are_written_every_n_steps(tmp_path):
+    train.train(CFG, DATA, 20, eval_every=10, checkpoint_every=5, checkpoint_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"step_{s:05d}.safetensors" for s in (0, 5, 10, 15, 20)]
+    assert io.load(tmp_path / "step_00020.safetensors").cfg == CFG
+
+
+def test_an_interrupted_write_leaves_the_previous_file_intact(tmp_path, monkeypatch):
+    path = tmp_path / "model.safetensors"
+    io.write_atomic(path, b"old contents")
+
+    class Crash(Exception):
+        pass
+
+    def crash(*args):
+        raise Crash
+
+    monkeypatch.setattr(io.os, "fsync", crash)  # die after writing part of the new file, before the rename
+    with pytest.raises(Crash):
+        io.write_atomic(path, b"new contents " * 1000)
+    assert path.read_bytes() == b"old contents"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.safetensors"]  # no temporary file left behind
+
+
+def test_queue_limits_concurrency_and_reports_positions():
+    queue = train.TrainingQueue(limit=1)
+    order, positions = [], {}
+    first_in = threading.Event()
+
+    def job(name: str, hold: float):
+        with queue.slot(on_wait=lambda p: positions.setdefault(name, []).append(p), poll_s=0.01):
+            order.append(name)
+            first_in.set()
+            assert queue.running == 1
+            time.sleep(hold)
+
+    a = threading.Thread(target=job, args=("a", 0.3))
+    a.start()
+    first_in.wait()
+    b = threading.Thread(target=job, args=("b", 0.0))
+    b.start()
+    time.sleep(0.05)
+    c = threading.Thread(target=job, args=("c", 0.0))
+    c.start()
+    for t in (a, b, c):
+        t.join()
+    assert order == ["a", "b", "c"]
+    assert positions["b"][0] == 1 and positions["c"][0] == 2 and queue.running == 0
+
+
+def test_leaving_the_queue_gives_up_the_place():
+    queue = train.TrainingQueue(limit=1)
+    release = threading.Event()
+
+    def holder():
+        with queue.slot(on_wait=lambda p: None, poll_s=0.01):
+            release.wait()
+
+    t = threading.Thread(target=holder)
+    t.start()
+    time.sleep(0.05)
+
+    def leave(position):
+        raise KeyboardInterrupt  # the user closed the tab while waiting
+
+    with pytest.raises(KeyboardInterrupt):
+        with queue.slot(on_wait=leave, poll_s=0.01):
+            pass
+    assert queue._waiting == []
+    release.set()
+    t.join()
+    assert queue.running == 0

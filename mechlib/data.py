@@ -228,11 +228,13 @@ def training_lengths(n_ctx: int) -> tuple[int, ...]:
     return tuple(n for n in range(4, (n_ctx - 1) // 2 + 1) if n != eval_length(n_ctx))
 
 
-def training_data(source: str, n_ctx: int, repeats: float, text: str | None = None) -> tuple[Tokenizer | None, Data]:
+def training_data(source: str, n_ctx: int, repeats: float, text: str | None = None,
+                  random_share: float = 0.5) -> tuple[Tokenizer | None, Data]:
     """The tokenizer and batches for ``source`` (a key of ``SOURCES``; "upload" needs ``text``).
 
-    ``repeats`` is the share of sequences that get a copied segment, half in the text itself and half in
-    random tokens of the same vocabulary; random tokens always repeat. Raises ``DataError``.
+    ``repeats`` is the share of sequences that get a copied segment; of those, ``random_share`` are random
+    tokens of the same vocabulary and the rest spans of the text itself. Source "random" always repeats.
+    Raises ``DataError``.
     """
     if source not in SOURCES:
         raise ValueError(f"source={source!r}; choose one of {', '.join(SOURCES)}")
@@ -250,5 +252,5 @@ def training_data(source: str, n_ctx: int, repeats: float, text: str | None = No
         raise DataError(f"the text has {len(stream.tokens):,} tokens, too short for a context of {n_ctx}")
     if not repeats:
         return tokenizer, stream
-    copies = Mix(WithRepeats(stream, lengths), WithRepeats(RandomTokens(tokenizer.d_vocab), lengths), 0.5)
+    copies = Mix(WithRepeats(RandomTokens(tokenizer.d_vocab), lengths), WithRepeats(stream, lengths), random_share)
     return tokenizer, Mix(copies, stream, repeats)

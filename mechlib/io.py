@@ -54,6 +54,7 @@ def write_atomic(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is meant to be read by others
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -193,7 +193,7 @@ def rebuild(name: str) -> TrainResult:
     from mechlib import zoo
 
     recipe = zoo.RECIPES[name]
-    tokenizer, data = training_data(recipe.source, recipe.cfg.n_ctx, recipe.repeats)
+    tokenizer, data = training_data(recipe.source, recipe.cfg.n_ctx, recipe.repeats, random_share=recipe.random_share)
     cfg = ModelConfig(**{**recipe.cfg.__dict__, "d_vocab": tokenizer.d_vocab})
     folder = zoo.CHECKPOINTS / name
     every = recipe.steps // recipe.snapshots if recipe.snapshots else None
@@ -207,13 +207,10 @@ def rebuild(name: str) -> TrainResult:
               + "  ".join(f"{k} {v:.3f}" for k, v in progress.metrics.items()) + f"  {progress.elapsed_s:.0f} s", flush=True)
 
     result = train(cfg, data, recipe.steps, lr=recipe.lr, batch_size=recipe.batch_size, seed=recipe.seed,
+                   weight_decay=recipe.weight_decay,
                    eval_every=max(1, recipe.steps // 20), on_progress=report, checkpoint_every=every,
                    checkpoint_dir=folder if every else None, tokenizer=tokenizer)
     if every:
-        for snapshot in folder.glob("step_*.safetensors"):  # the snapshots carry the tokenizer too
-            model = io.load(snapshot)
-            model.tokenizer = tokenizer
-            io.save(model, snapshot)
         io.write_atomic(folder / "history.json", json.dumps(result.history, indent=1).encode())
     io.save(result.model, zoo.path(name))
     return result
@@ -227,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mechlib.train", description=__doc__)
     parser.add_argument("name", choices=zoo.names())
     name = parser.parse_args(argv).name
-    torch.manual_seed(0)
+    torch.set_num_threads(1)  # bit for bit reproducible: float sums depend on how many threads split them
     result = rebuild(name)
     model = result.model.eval()
     print(f"\n{name}: {model.cfg.n_params():,} parameters, {zoo.path(name).stat().st_size / 1e6:.2f} MB")

@@ -29,7 +29,8 @@ def chosen_upload(n_ctx: int) -> tuple[str, str] | None:
             st.error(f"{upload.name}: {error}. The previous data stays selected.")
         else:
             st.session_state["train_text"] = (upload.name, hashlib.sha256(raw).hexdigest(), text)
-    return st.session_state.get("train_text", (None, None, None))[1:] if "train_text" in st.session_state else None
+    saved = st.session_state.get("train_text")  # (file name, digest, text) of the last valid upload
+    return saved[1:] if saved else None
 
 
 st.title("Train a transformer")

@@ -42,3 +42,20 @@ def test_url_reproduces_the_screen(page, server):
     assert "row 130 → head 2, row 2" in plot_text(page)
     assert "d_head = D / H = 256 / 4 = 64" in page.inner_text("body")
     assert "per head → Σ, float64" in page.inner_text("body")
+
+
+def test_train_page_trains_and_shows_live_curves(page, server):
+    page.goto(f"{server}/train?t_data=random&t_d_model=32&t_ctx=32&t_steps=100")
+    page.get_by_role("button", name="Train").wait_for(timeout=60_000)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert "at most 2 trainings run at once" in page.inner_text("body")
+    page.get_by_role("button", name="Train").click()
+    page.get_by_text("Final loss").wait_for(timeout=120_000)
+    wait_for_app(page, charts=1)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.get_by_role("button", name="Download as .safetensors").count() == 1
+    # The trained model is now the sidebar's choice.
+    assert "trained: 2L×2H d32 random" in page.locator('[data-testid="stSidebar"]').inner_text()
+    page.set_viewport_size({"width": 1400, "height": 2000})
+    wait_for_app(page, charts=1)
+    page.screenshot(path=str(ARTIFACTS / "train.png"))

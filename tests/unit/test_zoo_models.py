@@ -1,0 +1,57 @@
+"""The shipped zoo: files within their size limits, loadable, and meeting the score bounds."""
+
+import pytest
+import torch
+
+from mechlib import induction, train, zoo
+
+MB = 1e6
+
+
+def test_every_zoo_model_is_shipped_small():
+    sizes = {name: zoo.path(name).stat().st_size for name in zoo.names()}
+    assert all(size <= 5 * MB for size in sizes.values()), sizes
+    everything = sum(p.stat().st_size for p in zoo.CHECKPOINTS.rglob("*") if p.is_file())
+    assert everything <= 30 * MB, everything
+
+
+@pytest.mark.parametrize("name", zoo.names())
+def test_zoo_model_loads_read_only_with_its_tokenizer(name):
+    model = zoo.load(name)
+    recipe = zoo.RECIPES[name]
+    assert model.cfg.n_layers == recipe.cfg.n_layers and model.cfg.d_model == recipe.cfg.d_model
+    assert model.tokenizer is not None and model.tokenizer.d_vocab == model.cfg.d_vocab
+    assert model.read_only and zoo.load(name) is model
+    with pytest.raises(RuntimeError, match="read-only"):
+        model.train()
+
+
+def test_zero_layer_model_is_close_to_the_corpus_bigrams():
+    kl, entropy = train.bigram_kl(zoo.load("attn-only-0l"))
+    assert 2.5 < entropy < 3.5  # nats: the corpus's conditional bigram entropy at 1,000 words
+    assert kl < 0.1 * entropy
+
+
+def test_two_layer_model_has_a_previous_token_head_in_layer_0_and_an_induction_head_in_layer_1():
+    model = zoo.load("attn-only-2l")
+    length = induction.eval_length(model.cfg.n_ctx)
+    tokens = induction.repeated_sequences(model.cfg.d_vocab, length, 32, seed=1234)
+    _, cache = model.run_with_cache(tokens)
+    patterns = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"].cpu() for l in range(2)])
+    prev, ind = induction.previous_token_scores(patterns), induction.induction_scores(patterns, tokens, length)
+    assert prev[0].max() >= 0.9, prev
+    assert ind[1].max() >= 0.9, ind
+
+
+def test_one_layer_model_has_no_induction_head():
+    assert induction.evaluate(zoo.load("attn-only-1l"))["induction"] < 0.3
+
+
+def test_two_layer_training_snapshots_and_history_replay_the_phase_change():
+    steps = zoo.snapshot_steps("attn-only-2l")
+    assert 18 <= len(steps) <= 22 and steps[0] == 0
+    history = zoo.history("attn-only-2l")
+    assert history[-1]["step"] == steps[-1]
+    first, last = zoo.load_snapshot("attn-only-2l", steps[0]), zoo.load_snapshot("attn-only-2l", steps[-1])
+    assert induction.evaluate(first)["induction"] < 0.3 <= 0.9 <= induction.evaluate(last)["induction"]
+    assert last.tokenizer is not None

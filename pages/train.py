@@ -52,7 +52,9 @@ with left:
     ln = st.toggle("LayerNorm", False, key="t_ln", bind="query-params")
 with right:
     st.markdown("**Data and optimiser**")
-    source = st.radio("data", list(data.SOURCES), format_func=data.SOURCES.get, key="t_data", bind="query-params")
+    source = st.radio("data", list(data.SOURCES), index=list(data.SOURCES).index("random"), format_func=data.SOURCES.get,
+                      key="t_data", bind="query-params",
+                      help="Random tokens with a repeated segment form induction heads fastest (about 15 s here).")
     repeats = 1.0 if source == "random" else st.slider(
         "share of sequences with a repeated segment", 0.0, 1.0, 0.5, 0.1, key="t_repeats", bind="query-params",
         help="Half of them repeat a span of the text, half a span of random tokens of the same vocabulary.")
@@ -78,7 +80,7 @@ except (ValueError, BudgetError) as error:
 st.caption(f"{cfg.n_params():,} parameters · vocabulary {cfg.d_vocab:,} "
            f"({'words' if source in ('words', 'upload') else 'characters' if source == 'chars' else 'random ids'}) · "
            f"batches of 32 × {n_ctx} tokens · ≈ {memory:,.0f} MB while training · seed {seed} (sidebar) · "
-           f"at most {train.QUEUE.limit} trainings run at once on this server")
+           f"at most {train.QUEUE.limit} trainings run at once on this server, {train.QUEUE.running} running now")
 
 if st.button("Train", type="primary", icon=":material/play_arrow:"):
     progress = st.progress(0.0, text="Waiting for a free training slot…")
@@ -110,7 +112,8 @@ if st.button("Train", type="primary", icon=":material/play_arrow:"):
 
 last = st.session_state.get("last_trained")
 if last:
-    st.subheader(f"Last trained: {last['label']}")
+    st.subheader("The model you trained last")
+    st.caption(last["label"])
     st.plotly_chart(figures.training_curves(last["history"]))
     final = last["history"][-1]
     scores = f" · induction {final['induction']:.2f} · previous-token {final['prev_token']:.2f}" if "induction" in final else ""

@@ -23,13 +23,13 @@ def test_defaults_show_sizes_memory_and_queue():
     at = train_page()
     caption = next(c.value for c in at.caption if "parameters" in c.value)
     assert "MB while training" in caption and "at most 2 trainings run at once" in caption
-    assert at.radio(key="t_data").value == "words"
+    assert at.radio(key="t_data").value == "random"
 
 
 @pytest.mark.parametrize("key, value", [("t_layers", 1), ("t_heads", 4), ("t_ctx", 64), ("t_mlp", True), ("t_ln", True),
                                         ("t_repeats", 0.0), ("t_steps", 100), ("t_lr", 1e-3), ("t_d_model", 128)])
 def test_each_widget_moves(key, value):
-    at = train_page()
+    at = train_page(t_data="words")
     for kind in ("slider", "select_slider", "toggle"):
         try:
             getattr(at, kind)(key=key).set_value(value).run()
@@ -52,6 +52,13 @@ def test_a_short_training_run_completes_and_joins_the_sidebar():
     assert any("Final loss" in s.value for s in at.success)
 
 
-def test_bad_upload_keeps_previous_data():
+def test_each_data_source_prepares_with_its_vocabulary():
+    for source, vocab in (("words", "vocabulary 1,000 (words)"), ("chars", "(characters)"), ("random", "vocabulary 100 (random ids)")):
+        at = train_page(t_data=source)
+        assert not at.error and any(vocab in c.value for c in at.caption), source
+
+
+def test_upload_is_required_before_training_on_it():
     at = train_page(t_data="upload")
     assert any("upload a .txt file" in e.value for e in at.error)
+    assert not at.button  # nothing to train on yet

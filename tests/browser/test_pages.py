@@ -1,5 +1,7 @@
 """Every page in headless Chromium: loads without an exception box, draws its charts, reacts to a slider."""
 
+import re
+
 from tests.browser.conftest import ARTIFACTS, wait_for_app
 
 
@@ -59,3 +61,29 @@ def test_train_page_trains_and_shows_live_curves(page, server):
     page.set_viewport_size({"width": 1400, "height": 2000})
     wait_for_app(page, charts=1)
     page.screenshot(path=str(ARTIFACTS / "train.png"))
+
+
+def running_trainings(page, server) -> int:
+    page.goto(f"{server}/train")
+    page.get_by_role("button", name="Train").wait_for(timeout=60_000)
+    return int(re.search(r"(\d+) running now", page.inner_text("body")).group(1))
+
+
+def test_moving_a_slider_or_closing_the_tab_stops_training(browser, server):
+    trainer, watcher = browser.new_page(), browser.new_page()
+    trainer.goto(f"{server}/train?t_steps=5000")
+    trainer.get_by_role("button", name="Train").click()
+    trainer.get_by_text("of 5,000").wait_for(timeout=60_000)  # training has started
+    assert running_trainings(watcher, server) == 1
+    thumb = trainer.get_by_role("slider", name="layers")
+    thumb.focus()
+    thumb.press("ArrowLeft")  # the rerun stops the training at its next progress report
+    watcher.wait_for_timeout(3000)
+    assert running_trainings(watcher, server) == 0
+    trainer.get_by_role("button", name="Train").click()
+    trainer.get_by_text("of 5,000").wait_for(timeout=60_000)
+    assert running_trainings(watcher, server) == 1
+    trainer.close()  # the session ends; its script run is stopped
+    watcher.wait_for_timeout(5000)
+    assert running_trainings(watcher, server) == 0
+    watcher.close()

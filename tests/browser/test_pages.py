@@ -1,6 +1,7 @@
 """Every page in headless Chromium: loads without an exception box, draws its charts, reacts to a slider."""
 
 import re
+import time
 
 from tests.browser.conftest import ARTIFACTS, wait_for_app
 
@@ -69,6 +70,16 @@ def running_trainings(page, server) -> int:
     return int(re.search(r"(\d+) running now", page.inner_text("body")).group(1))
 
 
+def wait_until_running(page, server, count: int, within_s: float = 30) -> int:
+    """The server-wide number of trainings, polled until it equals ``count`` or time runs out.
+
+    A stopped training ends at its next progress report, a few seconds away on a busy machine."""
+    deadline = time.monotonic() + within_s
+    while (found := running_trainings(page, server)) != count and time.monotonic() < deadline:
+        page.wait_for_timeout(1000)
+    return found
+
+
 def test_moving_a_slider_or_closing_the_tab_stops_training(browser, server):
     trainer, watcher = browser.new_page(), browser.new_page()
     trainer.goto(f"{server}/train?t_steps=5000")
@@ -78,12 +89,10 @@ def test_moving_a_slider_or_closing_the_tab_stops_training(browser, server):
     thumb = trainer.get_by_role("slider", name="layers")
     thumb.focus()
     thumb.press("ArrowLeft")  # the rerun stops the training at its next progress report
-    watcher.wait_for_timeout(3000)
-    assert running_trainings(watcher, server) == 0
+    assert wait_until_running(watcher, server, 0) == 0
     trainer.get_by_role("button", name="Train").click()
     trainer.get_by_text("of 5,000").wait_for(timeout=60_000)
     assert running_trainings(watcher, server) == 1
     trainer.close()  # the session ends; its script run is stopped
-    watcher.wait_for_timeout(5000)
-    assert running_trainings(watcher, server) == 0
+    assert wait_until_running(watcher, server, 0) == 0
     watcher.close()

@@ -7,7 +7,7 @@ from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
-from pages.shell import add_session_model, select_slider, slider
+from pages.shell import add_session_model, select_slider, session_model, slider
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide")
 
@@ -44,14 +44,15 @@ def upload_checkpoint() -> None:
                               help="Saved by mechlib.io.save or downloaded from the Train page. Pickles are never opened.")
     if upload is None:
         return
+    data = upload.getvalue()
     try:
-        digest, _ = zoo.from_checkpoint(upload.getvalue())
+        zoo.from_checkpoint(data)
     except CheckpointError as error:
         st.error(f"{upload.name}: {error}. The previous model stays selected.")
         return
     label = f"uploaded: {upload.name}"
-    if st.session_state["session_models"].get(label) != digest:
-        add_session_model(label, digest)
+    if st.session_state["session_models"].get(label) != data:
+        add_session_model(label, data)
         st.rerun()
 
 
@@ -59,10 +60,8 @@ def describe_choice() -> str:
     choice = st.session_state.get("model_choice")
     if choice is None:
         return "no model chosen yet"
-    if choice[0] == "session" and zoo.uploaded(choice[2]) is None:
-        return f"{choice[1]} has left the server's cache; upload it again"
     model = {"zoo": lambda: zoo.load(choice[1]), "random": lambda: None,
-             "session": lambda: zoo.uploaded(choice[2])}[choice[0]]()
+             "session": lambda: session_model(choice[1])}[choice[0]]()
     cfg = ModelConfig.from_json(choice[1]) if choice[0] == "random" else model.cfg
     where = {"zoo": "trained here, shipped with the app", "random": "random weights", "session": choice[1]}[choice[0]]
     mlp = f", MLP {cfg.d_mlp}" if cfg.d_mlp else ", attention-only"
@@ -89,7 +88,7 @@ def model_picker() -> None:
         with st.expander("sizes", expanded=False):
             random_model_sizes()
     else:
-        st.session_state["model_choice"] = ("session", picked, session[picked])
+        st.session_state["model_choice"] = ("session", picked)
     with st.expander("upload a checkpoint", expanded=False):
         upload_checkpoint()
 

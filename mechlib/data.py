@@ -2,7 +2,7 @@
 
 The built-in corpus is Python's own reference documentation, ``pydoc_data.topics``, which every
 CPython ships: about 465,000 characters, cleaned of its reStructuredText underlines. Every tenth
-paragraph is held out for evaluation.
+paragraph is held out for evaluation, unless the same paragraph also appears in the training part.
 """
 
 import json
@@ -21,6 +21,7 @@ BOS, UNK = "<bos>", "<unk>"
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 _UNDERLINE = re.compile(r"^\s*([*=\-~^#\"'])\1{2,}\s*$")
 _WORD = re.compile(r"[a-z]+|[0-9]+|[^\sa-z0-9]")
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 13)) + b"\x7f"  # not tab, newline, return
 
 
 class DataError(ValueError):
@@ -35,7 +36,11 @@ def builtin_text(split: str = "train") -> str:
         raise ValueError(f"split={split!r}; choose 'train' or 'heldout'")
     lines = (line for name in sorted(topics) for line in topics[name].splitlines())
     paragraphs = "\n".join(line for line in lines if not _UNDERLINE.match(line)).split("\n\n")
-    return "\n\n".join(p for i, p in enumerate(paragraphs) if (i % 10 == 9) == (split == "heldout"))
+    train = [p for i, p in enumerate(paragraphs) if i % 10 != 9]
+    if split == "train":
+        return "\n\n".join(train)
+    seen = set(train)  # the documentation repeats some paragraphs: hold out only unseen ones
+    return "\n\n".join(p for i, p in enumerate(paragraphs) if i % 10 == 9 and p not in seen)
 
 
 class Tokenizer:
@@ -121,9 +126,8 @@ def validate_upload(data: bytes, n_ctx: int) -> str:
         raise DataError("the file is empty; upload a .txt file with some English text")
     if len(data) > MAX_UPLOAD_BYTES:
         raise DataError(f"the file is {len(data) / 1e6:.1f} MB; upload at most {MAX_UPLOAD_BYTES / 1e6:.0f} MB of text")
-    sample = data[:65536]
-    controls = sum(b < 32 and b not in (9, 10, 13) for b in sample)
-    if b"\x00" in sample or controls > 0.01 * len(sample):
+    controls = len(data) - len(data.translate(None, _CONTROL_BYTES))
+    if b"\x00" in data or controls > 0.01 * len(data):
         raise DataError("the file looks binary, not text; upload a plain .txt file (UTF-8)")
     try:
         text = data.decode("utf-8")

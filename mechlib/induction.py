@@ -43,6 +43,8 @@ def induction_scores(patterns: Tensor, tokens: Tensor, length: int) -> Tensor:
     earlier = (tokens[:, None, :] == tokens[:, queries, None]) & (
         torch.arange(tokens.shape[1])[None, None, :] < queries[None, :, None])    # [batch q k]
     valid = earlier.sum(-1) == 1                                                  # [batch q]
+    if not valid.any():
+        raise ValueError("no second-repeat token has a unique earlier copy; use a larger vocabulary or batch")
     weights = patterns[..., queries, queries - length + 1]                       # [layer batch head q]
     weights = weights * valid[None, :, None, :]
     return weights.sum(dim=(1, 3)) / valid.sum()

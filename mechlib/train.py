@@ -4,7 +4,11 @@
 ``cfg.seed``, the batches from ``seed``. ``python -m mechlib.train NAME`` rebuilds a zoo model.
 """
 
+import json
 import math
+import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from mechlib import induction, io
+from mechlib import induction, io, zoo
 from mechlib.config import ModelConfig
-from mechlib.data import Data, Tokenizer, training_data
+from mechlib.data import Data, TextData, Tokenizer, bigram_distribution, builtin_text, training_data
 from mechlib.device import DEVICE, require_budget
 from mechlib.model import Transformer
 
@@ -48,13 +52,15 @@ def learning_rate(step: int, steps: int, lr: float, warmup: int) -> float:
 
 def train(cfg: ModelConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,
           warmup: int = 50, weight_decay: float = 0.01, clip: float = 1.0, eval_every: int = 50,
-          on_progress: Callable[[Progress], None] | None = None, checkpoint_every: int | None = None,
+          on_progress: Callable[[Progress], None] | None = None, on_step: Callable[[int], None] | None = None,
+          checkpoint_every: int | None = None,
           checkpoint_dir: Path | None = None, tokenizer: Tokenizer | None = None) -> TrainResult:
     """Train a new model of ``cfg`` on ``data`` with AdamW (warm-up, cosine decay, gradient clipping).
 
     Every ``eval_every`` steps (and at the last) the repeat-sequence metrics are computed and passed to
-    ``on_progress``; every ``checkpoint_every`` steps the model is written, atomically, to
-    ``checkpoint_dir/step_NNNNN.safetensors`` (step 0 is the untrained model).
+    ``on_progress``; ``on_step(step)`` is called after every step (cheap; an app checks there whether
+    its user left, so a stop takes effect within a step). Every ``checkpoint_every`` steps the model is
+    written, atomically, to ``checkpoint_dir/step_NNNNN.safetensors`` (step 0 is the untrained model).
     """
     if steps < 1:
         raise ValueError(f"steps={steps}: train for at least one step")
@@ -84,6 +90,8 @@ def train(cfg: ModelConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_s
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step - 1, steps, lr, warmup)
         optimizer.step()
+        if on_step is not None:
+            on_step(step)
         checkpoint(step)
         if step % eval_every == 0 or step == steps:
             model.eval()
@@ -157,8 +165,6 @@ QUEUE = TrainingQueue(limit=2)
 @torch.inference_mode()
 def heldout_loss(model: Transformer, batches: int = 8, batch_size: int = 32) -> float:
     """Mean next-token loss (nats) on held-out built-in text, in fixed windows."""
-    from mechlib.data import TextData, builtin_text
-
     stream = TextData(torch.tensor(model.tokenizer.encode(builtin_text("heldout"))))
     generator, losses = torch.Generator().manual_seed(4321), []
     for _ in range(batches):
@@ -174,8 +180,10 @@ def bigram_kl(model: Transformer) -> tuple[float, float]:
 
     For a zero-layer shortformer model the logits of a token are exactly W_E[token] W_U + b_U.
     """
-    from mechlib.data import bigram_distribution, builtin_text
-
+    cfg = model.cfg
+    if cfg.n_layers or cfg.positional != "shortformer" or cfg.normalization is not None:
+        raise ValueError("bigram_kl reads the logits as W_E W_U + b_U, which holds only for a zero-layer "
+                         "shortformer model without LayerNorm")
     tokens = torch.tensor(model.tokenizer.encode(builtin_text()))
     p_current, P = bigram_distribution(tokens, model.cfg.d_vocab)              # [V], [V V]
     logits = model.embed.W_E @ model.unembed.W_U + model.unembed.b_U           # [V V]
@@ -188,38 +196,35 @@ def bigram_kl(model: Transformer) -> tuple[float, float]:
 
 def rebuild(name: str) -> TrainResult:
     """Train zoo model ``name`` from scratch, deterministically, and write it (and its snapshots)."""
-    import json
-
-    from mechlib import zoo
-
     recipe = zoo.RECIPES[name]
     tokenizer, data = training_data(recipe.source, recipe.cfg.n_ctx, recipe.repeats, random_share=recipe.random_share)
     cfg = ModelConfig(**{**recipe.cfg.__dict__, "d_vocab": tokenizer.d_vocab})
-    folder = zoo.CHECKPOINTS / name
     every = recipe.steps // recipe.snapshots if recipe.snapshots else None
-    if every:
-        folder.mkdir(parents=True, exist_ok=True)
-        for old in folder.glob("step_*.safetensors"):
-            old.unlink()
 
     def report(progress: Progress) -> None:
         print(f"step {progress.step:5d}/{progress.steps}  loss {progress.loss:.3f}  "
               + "  ".join(f"{k} {v:.3f}" for k, v in progress.metrics.items()) + f"  {progress.elapsed_s:.0f} s", flush=True)
 
-    result = train(cfg, data, recipe.steps, lr=recipe.lr, batch_size=recipe.batch_size, seed=recipe.seed,
-                   weight_decay=recipe.weight_decay,
-                   eval_every=max(1, recipe.steps // 20), on_progress=report, checkpoint_every=every,
-                   checkpoint_dir=folder if every else None, tokenizer=tokenizer)
-    if every:
-        io.write_atomic(folder / "history.json", json.dumps(result.history, indent=1).encode())
-    io.save(result.model, zoo.path(name))
+    # Snapshots go to a new folder that replaces the old one only once training has finished, so an
+    # interrupted rebuild leaves the shipped model, its snapshots and its history as they were.
+    with tempfile.TemporaryDirectory(dir=zoo.CHECKPOINTS, prefix=f".{name}.") as building:
+        result = train(cfg, data, recipe.steps, lr=recipe.lr, batch_size=recipe.batch_size, seed=recipe.seed,
+                       weight_decay=recipe.weight_decay, eval_every=max(1, recipe.steps // 20), on_progress=report,
+                       checkpoint_every=every, checkpoint_dir=Path(building) if every else None, tokenizer=tokenizer)
+        if every:
+            io.write_atomic(Path(building) / "history.json", json.dumps(result.history, indent=1).encode())
+            folder = zoo.CHECKPOINTS / name
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.rename(building, folder)
+            os.chmod(folder, 0o755)  # TemporaryDirectory made it private
+            os.mkdir(building)  # for TemporaryDirectory to remove
+        io.save(result.model, zoo.path(name))
     return result
 
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
-
-    from mechlib import zoo
 
     parser = argparse.ArgumentParser(prog="python -m mechlib.train", description=__doc__)
     parser.add_argument("name", choices=zoo.names())

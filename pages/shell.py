@@ -3,6 +3,9 @@
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
+from mechlib import zoo
+from mechlib.model import Transformer
+
 
 def require_shell() -> None:
     """Make sure app.py (sidebar, navigation) ran before this page in this run; call first on every page.
@@ -35,8 +38,21 @@ def select_slider(label: str, options: list[int], default: int, key: str) -> int
     return st.select_slider(label, options, value, key=key, bind="query-params")
 
 
-def add_session_model(label: str, digest: str) -> None:
-    """Add a trained or uploaded model (kept by mechlib.zoo under its digest) to this session; the sidebar
-    selects it on the next run (a widget's value cannot change after it is drawn)."""
-    st.session_state.setdefault("session_models", {})[label] = digest
+SESSION_MODELS = 8  # trained or uploaded models a session keeps; the oldest goes first
+
+
+def add_session_model(label: str, data: bytes) -> None:
+    """Add a trained or uploaded checkpoint (already validated) to this session; the sidebar selects it on
+    the next run (a widget's value cannot change after it is drawn). The session keeps the bytes, so the
+    model survives the server-wide cache evicting it while other students train."""
+    models = st.session_state.setdefault("session_models", {})
+    models.pop(label, None)
+    models[label] = data
+    while len(models) > SESSION_MODELS:
+        models.pop(next(iter(models)))
     st.session_state["select_model"] = label
+
+
+def session_model(label: str) -> Transformer:
+    """This session's model ``label``: from the shared cache, or validated again from its bytes."""
+    return zoo.from_checkpoint(st.session_state["session_models"][label])[1]

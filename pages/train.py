@@ -1,12 +1,13 @@
 """Train a model: sizes, data, steps; live progress; the result joins this session's models."""
 
 import hashlib
+import time
 
 import streamlit as st
 
-from mechlib import data, figures, io, train, zoo
+from mechlib import data, figures, io, train
 from mechlib.config import ModelConfig, divisors
-from mechlib.device import BudgetError
+from mechlib.device import BudgetError, require_budget
 from pages.shell import add_session_model, require_shell, select_slider, slider
 
 require_shell()
@@ -19,8 +20,9 @@ def prepared(source: str, n_ctx: int, repeats: float, upload_digest: str, _text:
 
 
 def chosen_upload(n_ctx: int) -> tuple[str, str] | None:
-    """(digest, text) of a valid uploaded .txt; a bad file shows why and keeps the previous choice."""
-    upload = st.file_uploader("text file (.txt, UTF-8, at most 5 MB)", type=["txt"], key="train_upload")
+    """(digest, text) of the last valid uploaded .txt; a bad file shows why and keeps the previous one."""
+    upload = st.file_uploader("text file (.txt, UTF-8, at most 5 MB)", type=["txt"], key="train_upload",
+                              max_upload_size=data.MAX_UPLOAD_BYTES // 2**20)
     if upload is not None:
         raw = upload.getvalue()
         try:
@@ -30,7 +32,10 @@ def chosen_upload(n_ctx: int) -> tuple[str, str] | None:
         else:
             st.session_state["train_text"] = (upload.name, hashlib.sha256(raw).hexdigest(), text)
     saved = st.session_state.get("train_text")  # (file name, digest, text) of the last valid upload
-    return saved[1:] if saved else None
+    if not saved:
+        return None
+    st.caption(f"Training text: **{saved[0]}** ({len(saved[2]):,} characters)")
+    return saved[1:]
 
 
 st.title("Train a transformer")
@@ -73,6 +78,7 @@ try:
                       d_vocab=tokenizer.d_vocab if tokenizer else data.RANDOM_VOCAB,
                       d_mlp=4 * d_model if mlp else None, normalization="LN" if ln else None, seed=seed)
     memory = train.estimate_mb(cfg, 32)
+    require_budget(memory, f"training a model of {cfg.n_params():,} parameters")
 except (ValueError, BudgetError) as error:
     st.error(str(error))
     st.stop()
@@ -86,42 +92,44 @@ if st.button("Train", type="primary", icon=":material/play_arrow:"):
     progress = st.progress(0.0, text="Waiting for a free training slot…")
     chart = st.empty()
     history: list[dict[str, float]] = []
+    shown = {"at": 0.0}
 
     def waiting(position: int) -> None:
         progress.progress(0.0, text=f"Waiting for a free training slot: position {position} in the queue "
                                     f"({train.QUEUE.running} of {train.QUEUE.limit} running)")
 
-    def update(p: train.Progress) -> None:
+    def step_done(step: int) -> None:
+        """At most twice a second; any Streamlit call is where a rerun or a closed tab stops the training."""
+        if time.monotonic() - shown["at"] > 0.5:
+            shown["at"] = time.monotonic()
+            progress.progress(step / steps, text=f"step {step:,} of {steps:,}")
+
+    def evaluated(p: train.Progress) -> None:
         history.append({"step": p.step, "loss": p.loss, **p.metrics})
         progress.progress(p.step / p.steps, text=f"step {p.step:,} of {p.steps:,} · loss {p.loss:.3f} nats/token · "
                                                   f"{p.elapsed_s:.0f} s")
         chart.plotly_chart(figures.training_curves(history))
 
-    try:
-        with train.QUEUE.slot(waiting):
-            result = train.train(cfg, batches, steps, lr=lr, seed=seed, eval_every=max(1, steps // 40),
-                                 on_progress=update, tokenizer=tokenizer)
-    except BudgetError as error:
-        st.error(str(error))
-        st.stop()
-    digest, _ = zoo.from_checkpoint(io.to_bytes(result.model))
-    label = f"trained: {n_layers}L×{n_heads}H d{d_model} {source}, {steps} steps, seed {seed}"
-    add_session_model(label, digest)
-    st.session_state["last_trained"] = {"label": label, "digest": digest, "history": result.history}
+    with train.QUEUE.slot(waiting):
+        result = train.train(cfg, batches, steps, lr=lr, seed=seed, eval_every=max(1, steps // 40),
+                             on_progress=evaluated, on_step=step_done, tokenizer=tokenizer)
+    st.session_state["trained_count"] = st.session_state.get("trained_count", 0) + 1
+    extras = "".join([", MLP" if mlp else "", ", LN" if ln else ""])
+    label = (f"trained #{st.session_state['trained_count']}: {n_layers}L×{n_heads}H d{d_model} ctx {n_ctx}{extras}, "
+             f"{data.SOURCES[source]}, {steps} steps, lr {lr:g}, seed {seed}")
+    add_session_model(label, io.to_bytes(result.model))
+    st.session_state["last_trained"] = {"label": label, "history": result.history}
     st.rerun()
 
 last = st.session_state.get("last_trained")
-if last:
+if last and last["label"] in st.session_state.get("session_models", {}):
     st.subheader("The model you trained last")
     st.caption(last["label"])
     st.plotly_chart(figures.training_curves(last["history"]))
     final = last["history"][-1]
     scores = f" · induction {final['induction']:.2f} · previous-token {final['prev_token']:.2f}" if "induction" in final else ""
     st.success(f"Final loss {final['loss']:.3f} nats/token, second-repeat loss {final['repeat_loss']:.3f}{scores}. "
-               "It is selected in the sidebar now.")
-    model = zoo.uploaded(last["digest"])
-    if model is None:
-        st.info("This model has left the server's cache; train it again to download it.")
-    else:
-        st.download_button("Download as .safetensors", io.to_bytes(model), file_name="addition-machines-model.safetensors",
-                           mime="application/octet-stream", icon=":material/download:")
+               "It is in the sidebar's model list for this session.")
+    st.download_button("Download as .safetensors", st.session_state["session_models"][last["label"]],
+                       file_name="addition-machines-model.safetensors", mime="application/octet-stream",
+                       icon=":material/download:")

@@ -116,3 +116,19 @@ def test_sidebar_refuses_a_memory_busting_model_and_keeps_the_previous(app):
                and "previous model stays selected" in e.value for e in app.sidebar.error)
     assert app.session_state["model_choice"] == previous
     assert len(shown_differences(app)) == 2  # the page itself still works
+
+
+def test_sidebar_checkpoint_upload_selects_a_good_file_and_refuses_a_bad_one(app, tmp_path):
+    from mechlib import io
+    from mechlib.config import ModelConfig
+    from mechlib.model import Transformer
+
+    path = tmp_path / "mine.safetensors"
+    io.save(Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=4)), path)
+    app.sidebar.file_uploader[0].upload("mine.safetensors", path.read_bytes()).run()
+    assert not app.exception and app.session_state["model"] == "uploaded: mine.safetensors"
+    assert any("1 layers × 2 heads" in c.value for c in app.sidebar.caption)
+    app.sidebar.file_uploader[0].upload("evil.safetensors", b"\x80\x04\x95 pickle").run()
+    assert any("evil.safetensors: this looks like a pickle" in e.value and "previous model stays selected" in e.value
+               for e in app.sidebar.error)
+    assert app.session_state["model"] == "uploaded: mine.safetensors"

@@ -62,3 +62,26 @@ def test_upload_is_required_before_training_on_it():
     at = train_page(t_data="upload")
     assert any("upload a .txt file" in e.value for e in at.error)
     assert not at.button  # nothing to train on yet
+
+
+def test_text_upload_is_validated_and_a_bad_file_keeps_the_previous_text():
+    at = train_page(t_data="upload")
+    good = ("the cat sat on the mat and the dog ran to the park . " * 60).encode()
+    at.file_uploader(key="train_upload").upload("story.txt", good, "text/plain").run()
+    assert not at.exception and not at.error
+    assert any("Training text: **story.txt**" in c.value for c in at.caption)
+    assert any("vocabulary" in c.value and "(words)" in c.value for c in at.caption)
+    at.file_uploader(key="train_upload").upload("photo.txt", b"\x89PNG\r\n\x1a\n\x00\x00" * 50, "text/plain").run()
+    assert any("photo.txt: the file looks binary" in e.value and "previous data stays selected" in e.value for e in at.error)
+    assert any("Training text: **story.txt**" in c.value for c in at.caption)
+    assert at.button  # the earlier text can still be trained on
+
+
+def test_two_trainings_get_two_entries_with_their_settings():
+    at = train_page(t_d_model=32, t_heads=2, t_ctx=32, t_steps=50)
+    at.button[0].click().run()
+    at.select_slider(key="t_lr").set_value(1e-3).run()
+    at.button[0].click().run()
+    labels = list(at.session_state["session_models"])
+    assert len(labels) == 2 and "lr 0.01" in labels[0] and "lr 0.001" in labels[1]
+    assert at.session_state["model"] == labels[1]

@@ -56,9 +56,9 @@ def test_train_page_trains_and_shows_live_curves(page, server):
     page.get_by_text("Final loss").wait_for(timeout=120_000)
     wait_for_app(page, charts=1)
     assert page.locator('[data-testid="stException"]').count() == 0
-    assert page.get_by_role("button", name="Download as .safetensors").count() == 1
+    page.get_by_text("Download as .safetensors").wait_for(timeout=30_000)
     # The trained model is now the sidebar's choice.
-    assert "trained: 2L×2H d32 random" in page.locator('[data-testid="stSidebar"]').inner_text()
+    assert "trained #1: 2L×2H d32 ctx 32" in page.locator('[data-testid="stSidebar"]').inner_text()
     page.set_viewport_size({"width": 1400, "height": 2000})
     wait_for_app(page, charts=1)
     page.screenshot(path=str(ARTIFACTS / "train.png"))

@@ -9,6 +9,7 @@ import torch
 from mechlib import io, train
 from mechlib.config import ModelConfig
 from mechlib.data import RandomTokens, WithRepeats
+from mechlib.model import Transformer
 
 CFG = ModelConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=20, n_ctx=24, seed=3)
 DATA = WithRepeats(RandomTokens(20), lengths=(4, 5, 6, 7))
@@ -69,14 +70,14 @@ def test_an_interrupted_write_leaves_the_previous_file_intact(tmp_path, monkeypa
 
 def test_queue_limits_concurrency_and_reports_positions():
     queue = train.TrainingQueue(limit=1)
-    order, positions = [], {}
+    order, positions, running = [], {}, []
     first_in = threading.Event()
 
     def job(name: str, hold: float):
         with queue.slot(on_wait=lambda p: positions.setdefault(name, []).append(p), poll_s=0.01):
             order.append(name)
+            running.append(queue.running)  # checked below: an assert in a thread would only warn
             first_in.set()
-            assert queue.running == 1
             time.sleep(hold)
 
     a = threading.Thread(target=job, args=("a", 0.3))
@@ -89,7 +90,7 @@ def test_queue_limits_concurrency_and_reports_positions():
     c.start()
     for t in (a, b, c):
         t.join()
-    assert order == ["a", "b", "c"]
+    assert order == ["a", "b", "c"] and running == [1, 1, 1]
     assert positions["b"][0] == 1 and positions["c"][0] == 2 and queue.running == 0
 
 
@@ -115,3 +116,28 @@ def test_leaving_the_queue_gives_up_the_place():
     release.set()
     t.join()
     assert queue.running == 0
+
+
+def test_on_step_sees_every_step_and_can_stop_between_reports():
+    seen = []
+
+    def on_step(step: int):
+        seen.append(step)
+        if step == 7:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train.train(CFG, DATA, 100, eval_every=50, on_step=on_step)
+    assert seen == list(range(1, 8))
+
+
+def test_training_a_memory_busting_model_is_refused_before_it_starts(monkeypatch):
+    monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "10")
+    big = ModelConfig(n_layers=4, d_model=256, n_heads=4, d_vocab=1000, n_ctx=128, d_mlp=1024, normalization="LN")
+    with pytest.raises(ValueError, match=r"training a model of [\d,]+ parameters would need about [\d,]+ MB"):
+        train.train(big, DATA, 10)
+
+
+def test_bigram_kl_refuses_models_whose_logits_are_not_W_E_W_U():
+    with pytest.raises(ValueError, match="only for a zero-layer shortformer model"):
+        train.bigram_kl(Transformer(CFG))

@@ -8,6 +8,7 @@ import torch
 from mechlib import attention
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
+from tests.unit.helpers import with_random_biases
 
 CONFIGS = [
     ModelConfig(n_layers=0, d_model=8, n_heads=2, d_vocab=11, n_ctx=5),
@@ -58,16 +59,6 @@ def test_run_with_cache_logits_equal_plain_forward(cfg):
         plain = model(tokens)
     assert logits.shape == (3, cfg.n_ctx, cfg.d_vocab)
     assert torch.equal(logits, plain)
-
-
-def with_random_biases(model: Transformer) -> Transformer:
-    """Biases start at 0 and LayerNorm at w=1, b=0; randomise them so the identities test them too."""
-    g = torch.Generator().manual_seed(11)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if not name.rsplit(".", 1)[-1].startswith("W_"):
-                param.copy_(torch.randn(param.shape, generator=g, dtype=param.dtype) * 0.5 + (1.0 if name.endswith(".w") else 0.0))
-    return model
 
 
 @pytest.mark.parametrize("cfg", [c for c in CONFIGS if c.n_layers])

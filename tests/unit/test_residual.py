@@ -6,6 +6,7 @@ import torch
 from mechlib import residual
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
+from tests.unit.helpers import randomised
 
 CONFIGS = [
     ModelConfig(n_layers=0, d_model=16, n_heads=2, d_vocab=20, n_ctx=8),
@@ -13,17 +14,6 @@ CONFIGS = [
     ModelConfig(n_layers=2, d_model=24, n_heads=4, d_vocab=30, n_ctx=10, d_mlp=48, normalization="LN"),
     ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=20, n_ctx=8, positional="shortformer"),
 ]
-
-
-def randomised(cfg: ModelConfig) -> Transformer:
-    """float64, with random biases and LayerNorm parameters so every term of the ledger is non-zero."""
-    model = Transformer(cfg).double()
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if not name.rsplit(".", 1)[-1].startswith("W_"):
-                param.copy_(torch.randn(param.shape, generator=g, dtype=torch.float64) * 0.3 + (1.0 if name.endswith(".w") else 0.0))
-    return model
 
 
 def run(cfg: ModelConfig, dtype=torch.float64):

@@ -11,9 +11,12 @@ from pages.shell import add_session_model, select_slider, session_model, slider
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide")
 
+DEFAULT_MODEL = "gelu-2l"  # MLPs and LayerNorm: every kind of term shows on the residual-stream page
 PAGES = [
     st.Page("pages/equivalence.py", title="Equivalence: heads add up", icon=":material/functions:",
             url_path="equivalence", default=True),
+    st.Page("pages/patterns.py", title="Patterns and messages", icon=":material/grid_on:", url_path="patterns"),
+    st.Page("pages/residual.py", title="The residual stream", icon=":material/stacked_line_chart:", url_path="residual"),
     st.Page("pages/train.py", title="Train a model", icon=":material/model_training:", url_path="train"),
 ]
 
@@ -78,7 +81,7 @@ def model_picker() -> None:
     if "select_model" in st.session_state:
         st.session_state["model"] = st.session_state.pop("select_model")
     if st.session_state.get("model") not in options:
-        st.session_state["model"] = shipped[-1] if shipped else "random"
+        st.session_state["model"] = DEFAULT_MODEL if DEFAULT_MODEL in shipped else "random"
     picked = st.selectbox("model", options, key="model", bind="query-params",
                           format_func=lambda o: f"zoo: {o}" if o in shipped else ("random, from sizes" if o == "random" else o))
     if picked in shipped:

@@ -4,7 +4,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-__all__ = ["head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "training_curves"]
+__all__ = ["head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "training_curves",
+           "pattern_heatmap", "singular_values", "source_bars", "component_bars", "depth_heatmap", "overlap_heatmap"]
 
 FONT = {"size": 14}
 
@@ -87,3 +88,70 @@ def training_curves(history: list[dict[str, float]]) -> go.Figure:
     fig.update_yaxes(title="mean attention (0–1)", range=[0, 1.05], row=1, col=2)
     fig.update_layout(legend={"orientation": "h", "y": -0.25})
     return _layout(fig, "Training", 420)
+
+
+def pattern_heatmap(pattern: np.ndarray, labels: list[str], title: str) -> go.Figure:
+    """An attention pattern [query_pos key_pos] with token labels on both axes; the causal mask shows as 0."""
+    n = len(labels)
+    ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
+    hover = [[f"query {i} '{labels[i]}' → key {j} '{labels[j]}'" for j in range(n)] for i in range(n)]
+    fig = go.Figure(go.Heatmap(z=pattern, x=ticks, y=ticks, colorscale="Blues", zmin=0, zmax=1, text=hover,
+                               colorbar={"title": "attention"}, hovertemplate="%{text}<br>weight %{z:.3f}<extra></extra>"))
+    fig.update_xaxes(title="key (source) position", tickangle=-60, tickfont={"size": 11})
+    fig.update_yaxes(title="query (destination) position", autorange="reversed", tickfont={"size": 11})
+    return _layout(fig, title, 560)
+
+
+def singular_values(spectra: dict[str, np.ndarray], d_head: int) -> go.Figure:
+    """Singular values of W_QK and W_OV on a log scale, with d_head marked: the rank can be at most d_head."""
+    fig = go.Figure()
+    for name, colour in (("W_QK", "#636EFA"), ("W_OV", "#EF553B")):
+        values = np.maximum(spectra[name], 1e-18)
+        fig.add_trace(go.Scatter(x=np.arange(1, len(values) + 1), y=values, mode="markers+lines", name=name,
+                                 line={"color": colour}, hovertemplate=f"{name}: σ_%{{x}} = %{{y:.3g}}<extra></extra>"))
+    fig.add_vline(x=d_head + 0.5, line_dash="dash", annotation_text=f"d_head = {d_head}")
+    fig.update_xaxes(title="index of the singular value")
+    fig.update_yaxes(title="singular value (log scale)", type="log")
+    return _layout(fig, "Singular values: nothing survives past d_head", 380)
+
+
+def source_bars(values: np.ndarray, labels: list[str], title: str, axis: str) -> go.Figure:
+    """One bar per source position, hover naming the token."""
+    ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
+    fig = go.Figure(go.Bar(x=ticks, y=values, marker_color="#636EFA",
+                           hovertemplate="source %{x}<br>" + axis + " %{y:.4f}<extra></extra>"))
+    fig.update_xaxes(title="source position: token", tickangle=-60)
+    fig.update_yaxes(title=axis)
+    return _layout(fig, title, 380)
+
+
+def component_bars(values: np.ndarray, labels: list[str], title: str, axis: str, total: float | None = None) -> go.Figure:
+    """A waterfall of components' scalar shares; with ``total`` the last bar shows the real value."""
+    measures = ["relative"] * len(values) + (["total"] if total is not None else [])
+    fig = go.Figure(go.Waterfall(x=labels + (["sum"] if total is not None else []), y=list(values) + ([total] if total is not None else []),
+                                 measure=measures, hovertemplate="%{x}: %{y:.4f}<extra></extra>",
+                                 increasing={"marker": {"color": "#00CC96"}}, decreasing={"marker": {"color": "#EF553B"}},
+                                 totals={"marker": {"color": "#636EFA"}}))
+    fig.update_xaxes(title="component", tickangle=-45)
+    fig.update_yaxes(title=axis)
+    return _layout(fig, title, 420)
+
+
+def depth_heatmap(norms: np.ndarray, labels: list[str]) -> go.Figure:
+    """‖residual‖ at each layer boundary (rows) and position (columns)."""
+    ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
+    rows = [f"before block {l}" for l in range(norms.shape[0] - 1)] + ["after the last block"]
+    fig = go.Figure(go.Heatmap(z=norms, x=ticks, y=rows, colorscale="Viridis", colorbar={"title": "‖residual‖"},
+                               hovertemplate="%{y}<br>position %{x}<br>‖residual‖ %{z:.3f}<extra></extra>"))
+    fig.update_xaxes(title="position: token", tickangle=-60)
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, "The residual stream's size through depth", 200 + 40 * norms.shape[0])
+
+
+def overlap_heatmap(overlap: np.ndarray, labels: list[str], baseline: float) -> go.Figure:
+    """Mean squared cosine of principal angles between every pair of heads' output subspaces."""
+    fig = go.Figure(go.Heatmap(z=overlap, x=labels, y=labels, colorscale="Blues", zmin=0, zmax=1,
+                               colorbar={"title": "overlap"},
+                               hovertemplate="%{y} vs %{x}<br>overlap %{z:.3f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, f"Heads' output subspaces overlap (random subspaces: {baseline:.3f})", 480)

@@ -62,8 +62,8 @@ def regrouping(model: Transformer, cache: Cache, layer: int, head: int, toleranc
 def spectra(model: Transformer, layer: int, head: int) -> dict[str, np.ndarray]:
     """Singular values of W_QK and W_OV (d_model each, in float64); those past d_head are numerically 0."""
     attn = model.blocks[layer].attn
-    W_QK = attention.W_QK(attn.W_Q[head : head + 1], attn.W_K[head : head + 1])[0].double()
-    W_OV = attention.W_OV(attn.W_V[head : head + 1], attn.W_O[head : head + 1])[0].double()
+    W_QK = attention.W_QK(attn.W_Q[head : head + 1].double(), attn.W_K[head : head + 1].double())[0]
+    W_OV = attention.W_OV(attn.W_V[head : head + 1].double(), attn.W_O[head : head + 1].double())[0]
     return {"W_QK": torch.linalg.svdvals(W_QK).cpu().numpy(), "W_OV": torch.linalg.svdvals(W_OV).cpu().numpy()}
 
 

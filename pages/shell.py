@@ -1,9 +1,11 @@
 """What every page shares with the app shell: URL-bound widgets, and the first-request guard."""
 
 import streamlit as st
+import torch
 from streamlit.runtime.pages_manager import PagesManager
 
 from mechlib import zoo
+from mechlib.config import ModelConfig
 from mechlib.model import Transformer
 
 
@@ -21,7 +23,11 @@ def require_shell() -> None:
 
 
 def slider(label: str, low: int, high: int, default: int, key: str, step: int = 1) -> int:
-    """An int slider bound to the URL; a remembered value outside [low, high] moves to the nearest end."""
+    """An int slider bound to the URL; a remembered value outside [low, high] moves to the nearest end.
+    With a single possible value there is nothing to slide: it is stated instead."""
+    if low == high:
+        st.caption(f"{label}: {low} (the only one)")
+        return low
     if key in st.session_state:
         st.session_state[key] = min(max(st.session_state[key], low), high)
         return st.slider(label, low, high, step=step, key=key, bind="query-params")
@@ -56,3 +62,42 @@ def add_session_model(label: str, data: bytes) -> None:
 def session_model(label: str) -> Transformer:
     """This session's model ``label``: from the shared cache, or validated again from its bytes."""
     return zoo.from_checkpoint(st.session_state["session_models"][label])[1]
+
+
+DEFAULT_PROMPT = "the class of an object is its type . the class of an object is"
+
+
+def current_model() -> tuple[tuple, Transformer]:
+    """(a plain key for caches, the shared read-only model) of the sidebar's choice."""
+    choice = st.session_state.get("model_choice")
+    if choice is None:
+        st.error("Choose a model in the sidebar.")
+        st.stop()
+    if choice[0] == "zoo":
+        return choice, zoo.load(choice[1])
+    if choice[0] == "random":
+        return choice, zoo.random_model(ModelConfig.from_json(choice[1]))
+    digest, model = zoo.from_checkpoint(st.session_state["session_models"][choice[1]])
+    return ("session", digest), model
+
+
+def input_tokens(model: Transformer) -> tuple[tuple[int, ...], list[str]]:
+    """The tokens a page studies: a typed prompt (with <bos> first, cut to the context with a notice)
+    or random tokens from the sidebar's seed. Returns the ids and a readable label per position."""
+    tokenizer = model.tokenizer
+    kinds = ["prompt", "random tokens"] if tokenizer else ["random tokens"]
+    kind = st.radio("input", kinds, key="input", bind="query-params", horizontal=True,
+                    help=None if tokenizer else "This model has no tokenizer, so it reads random token ids.")
+    n_ctx = model.cfg.n_ctx
+    if kind == "prompt":
+        text = st.text_input("prompt", DEFAULT_PROMPT, key="prompt", bind="query-params", max_chars=2000)
+        ids = [0] + tokenizer.encode(text)
+        if len(ids) > n_ctx:
+            st.info(f"The prompt is {len(ids):,} tokens with <bos>; this model reads at most {n_ctx}, "
+                    f"so only the first {n_ctx} are used.")
+            ids = ids[:n_ctx]
+    else:
+        g = torch.Generator().manual_seed(st.session_state["seed"])
+        ids = [0] + torch.randint(min(2, model.cfg.d_vocab - 1), model.cfg.d_vocab, (min(n_ctx, 24) - 1,), generator=g).tolist()
+    labels = tokenizer.labels(ids) if tokenizer else [str(i) for i in ids]
+    return tuple(ids), labels

@@ -96,3 +96,39 @@ def test_moving_a_slider_or_closing_the_tab_stops_training(browser, server):
     trainer.close()  # the session ends; its script run is stopped
     assert wait_until_running(watcher, server, 0) == 0
     watcher.close()
+
+
+def test_patterns_page_loads_draws_and_reacts(page, server):
+    page.goto(f"{server}/patterns")
+    wait_for_app(page, charts=3)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert "Scores recomputed" in page.inner_text("body")
+    before = page.locator('[data-testid="stPlotlyChart"]').nth(1).inner_text()
+    thumb = page.get_by_role("slider", name="head")
+    thumb.focus()
+    thumb.press("ArrowRight")
+    page.wait_for_function(
+        "() => document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')[1].innerText.includes('Layer 1, head 1')",
+        timeout=30_000)
+    wait_for_app(page, charts=3)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert "head=1" in page.url and page.locator('[data-testid="stPlotlyChart"]').nth(1).inner_text() != before
+    page.set_viewport_size({"width": 1400, "height": 3800})
+    wait_for_app(page, charts=3)
+    page.screenshot(path=str(ARTIFACTS / "patterns.png"))
+
+
+def test_residual_page_loads_draws_and_reacts(page, server):
+    page.goto(f"{server}/residual")
+    wait_for_app(page, charts=4)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert "The ledger at position 14" in page.inner_text("body")
+    thumb = page.get_by_role("slider", name="position")
+    thumb.focus()
+    thumb.press("ArrowLeft")
+    page.get_by_text("The ledger at position 13").wait_for(timeout=30_000)
+    wait_for_app(page, charts=4)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.set_viewport_size({"width": 1400, "height": 4200})
+    wait_for_app(page, charts=4)
+    page.screenshot(path=str(ARTIFACTS / "residual.png"))

@@ -90,13 +90,20 @@ def training_curves(history: list[dict[str, float]]) -> go.Figure:
     return _layout(fig, "Training", 420)
 
 
-def pattern_heatmap(pattern: np.ndarray, labels: list[str], title: str) -> go.Figure:
-    """An attention pattern [query_pos key_pos] with token labels on both axes; the causal mask shows as 0."""
+def pattern_heatmap(pattern: np.ndarray, labels: list[str], title: str, scores: bool = False) -> go.Figure:
+    """A [query_pos key_pos] matrix with token labels on both axes: the pattern (0 to 1, the causal mask shows
+    as 0) or, with ``scores``, the raw scores (diverging around 0, masked entries blank)."""
     n = len(labels)
     ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
     hover = [[f"query {i} '{labels[i]}' → key {j} '{labels[j]}'" for j in range(n)] for i in range(n)]
-    fig = go.Figure(go.Heatmap(z=pattern, x=ticks, y=ticks, colorscale="Blues", zmin=0, zmax=1, text=hover,
-                               colorbar={"title": "attention"}, hovertemplate="%{text}<br>weight %{z:.3f}<extra></extra>"))
+    if scores:
+        z = np.where(np.isfinite(pattern), pattern, np.nan)
+        limit = float(np.nanmax(np.abs(z))) or 1.0
+        colours = {"colorscale": "RdBu", "zmid": 0, "zmin": -limit, "zmax": limit, "colorbar": {"title": "score"}}
+    else:
+        z, colours = pattern, {"colorscale": "Blues", "zmin": 0, "zmax": 1, "colorbar": {"title": "attention"}}
+    fig = go.Figure(go.Heatmap(z=z, x=ticks, y=ticks, text=hover, **colours,
+                               hovertemplate="%{text}<br>%{z:.3f}<extra></extra>"))
     fig.update_xaxes(title="key (source) position", tickangle=-60, tickfont={"size": 11})
     fig.update_yaxes(title="query (destination) position", autorange="reversed", tickfont={"size": 11})
     return _layout(fig, title, 560)

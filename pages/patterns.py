@@ -30,6 +30,7 @@ def analyse(version: str, key: tuple, _model, ids: tuple[int, ...], layer: int, 
         "spectra": patterns.spectra(_model, layer, head),
         "non_uniqueness": patterns.non_uniqueness(_model, cache, layer, head, seed),
         "scores": compare(mine[causal], cached[causal], tolerance),
+        "score_matrix": mine.cpu().double().numpy(),
         "pattern": cache[f"blocks.{layer}.attn.hook_pattern"][0, head].cpu().double().numpy(),
         "messages": patterns.messages(_model, cache, layer, head, dest, tolerance),
     }
@@ -41,10 +42,11 @@ def verdict(check) -> str:
 
 st.title("Patterns and messages")
 st.markdown(
-    "A head does two separate jobs. Its **pattern** says where each position looks: a query asks a question, "
-    "every earlier key advertises what it holds, and their match decides the weights. Its **messages** say what "
-    "moves: each source sends the same vector to whoever attends to it, and the destination receives their "
-    "weighted sum. The first job lives entirely in W_QK = W_Q W_Kᵀ, the second in W_OV = W_V W_O."
+    "A head works like a soft lookup table: each position's **query** asks a question, every earlier **key** "
+    "advertises what its position holds, and each **value** carries the content to hand over. So a head does two "
+    "separate jobs. Its **pattern** (query against key) says where each position looks; its **messages** (value, "
+    "then W_O) say what moves, and the destination receives their weighted sum. The first job lives entirely in "
+    "W_QK = W_Q W_Kᵀ, the second in W_OV = W_V W_O."
 )
 st.latex(r"h(x) = \underbrace{\operatorname{softmax}\!\Big(\tfrac{x W_Q W_K^{\top} x^{\top}}{\sqrt{d_\text{head}}}\Big)}_{A:\ \text{pattern}}"
          r"\;\underbrace{x\, W_V W_O}_{\text{messages}}, \qquad W_{QK}=W_QW_K^{\top},\; W_{OV}=W_VW_O \in \mathbb{R}^{d_\text{model}\times d_\text{model}}")
@@ -97,8 +99,13 @@ st.subheader("Pattern matching: where each position looks")
 scores = result["scores"]
 st.markdown(f"Scores recomputed as x_i W_QK x_jᵀ / √d_head (with the query and key biases) against the model's "
             f"cached scores: max |difference| **{scores.max_abs_diff:.1e}** — {verdict(scores)}")
-st.plotly_chart(figures.pattern_heatmap(result["pattern"], labels, f"Layer {layer}, head {head}: the pattern A "
-                                        "(rows: queries, columns: keys; above the diagonal is masked)"))
+left, right = st.columns(2)
+with left:
+    st.plotly_chart(figures.pattern_heatmap(result["score_matrix"], labels, "Scores x_i W_QK x_jᵀ / √d_head", scores=True))
+with right:
+    st.plotly_chart(figures.pattern_heatmap(result["pattern"], labels, f"Layer {layer}, head {head}: the pattern A"))
+st.caption("Rows are queries (destinations), columns keys (sources); above the diagonal a position would look ahead, "
+           "so those scores are masked and their weights are 0. Softmax turns each row of scores into a row of weights.")
 
 st.subheader(f"Messages into position {dest} ('{labels[dest]}')")
 msgs = result["messages"]

@@ -115,9 +115,10 @@ st.subheader("Direct logit attribution")
 options = result["top"]
 left, right = st.columns(2)
 with left:
-    token = st.selectbox("token", options, format_func=lambda t: vocab([t])[0], key="dla_token")
+    token = st.selectbox("token", options, format_func=lambda t: vocab([t])[0], key="dla_token", bind="query-params")
 with right:
-    other = st.selectbox("against", [None] + options, format_func=lambda t: "—" if t is None else vocab([t])[0], key="dla_other")
+    other = st.selectbox("against", [None] + options, format_func=lambda t: "—" if t is None else vocab([t])[0],
+                         key="dla_other", bind="query-params")
 dla = attribution(mechlib.__version__, key, model, ids, position, token)
 shares = dla["shares"]
 title = f"Each term's direct share of the logit of '{vocab([token])[0]}'"

@@ -100,21 +100,21 @@ def test_moving_a_slider_or_closing_the_tab_stops_training(browser, server):
 
 def test_patterns_page_loads_draws_and_reacts(page, server):
     page.goto(f"{server}/patterns")
-    wait_for_app(page, charts=3)
+    wait_for_app(page, charts=4)
     assert page.locator('[data-testid="stException"]').count() == 0
     assert "Scores recomputed" in page.inner_text("body")
-    before = page.locator('[data-testid="stPlotlyChart"]').nth(1).inner_text()
+    before = page.locator('[data-testid="stPlotlyChart"]').nth(2).inner_text()
     thumb = page.get_by_role("slider", name="head")
     thumb.focus()
     thumb.press("ArrowRight")
     page.wait_for_function(
-        "() => document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')[1].innerText.includes('Layer 1, head 1')",
+        "() => document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')[2].innerText.includes('Layer 1, head 1')",
         timeout=30_000)
-    wait_for_app(page, charts=3)
+    wait_for_app(page, charts=4)
     assert page.locator('[data-testid="stException"]').count() == 0
-    assert "head=1" in page.url and page.locator('[data-testid="stPlotlyChart"]').nth(1).inner_text() != before
+    assert "head=1" in page.url and page.locator('[data-testid="stPlotlyChart"]').nth(2).inner_text() != before
     page.set_viewport_size({"width": 1400, "height": 3800})
-    wait_for_app(page, charts=3)
+    wait_for_app(page, charts=4)
     page.screenshot(path=str(ARTIFACTS / "patterns.png"))
 
 

@@ -25,3 +25,11 @@ def test_head_norms_bar_and_heatmap_carry_the_numbers():
     heat = figures.head_contributions_heatmap(results, results.sum(0), results.sum(0), position=2)
     assert np.array_equal(np.asarray(heat.data[0].z), np.vstack([results, results.sum(0), results.sum(0)]))
     assert heat.data[0].zmid == 0
+
+
+def test_scores_heatmap_blanks_the_masked_entries_and_centres_on_zero():
+    scores = np.array([[1.0, -np.inf], [-2.0, 0.5]])
+    fig = figures.pattern_heatmap(scores, ["a", "b"], "scores", scores=True)
+    z = np.asarray(fig.data[0].z, dtype=float)
+    assert np.isnan(z[0, 1]) and z[1, 0] == -2.0 and fig.data[0].zmid == 0 and fig.data[0].zmin == -2.0
+    assert fig.data[0].text[1][0] == "query 1 'b' → key 0 'a'"

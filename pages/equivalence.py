@@ -9,7 +9,7 @@ import mechlib
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
 from mechlib.device import BudgetError, budget_mb
-from pages.shell import require_shell, select_slider, slider
+from pages.shell import require_shell, select_slider, slider, verdict
 
 require_shell()
 
@@ -21,11 +21,10 @@ def compute(version: str, batch: int, seq: int, d_vocab: int, d_model: int, n_he
 
 
 def check_line(name: str, check: equivalence.Check) -> None:
-    verdict = ":green[**✓ pass**]" if check.passed else ":red[**✗ FAIL**]"
     st.metric(f"max |difference|, {name}", f"{check.max_abs_diff:.2e}",
               help=f"Largest |concat − Σ heads| over all batch × position × d_model entries; the check passes when "
                    f"|a − b| ≤ {check.tolerance:.0e} · max(1, |reference|) everywhere.")
-    st.caption(f"{verdict}: scaled max {check.max_scaled_diff:.2e} ≤ {check.tolerance:.0e} · max(1, |ref|)")
+    st.caption(f"{verdict(check.passed)}: scaled max {check.max_scaled_diff:.2e} ≤ {check.tolerance:.0e} · max(1, |ref|)")
 
 
 st.title("Multi-head attention is a sum over heads")
@@ -92,8 +91,7 @@ with checks_area:
                     f"{equivalence.LOOKUP_MAX_MACS:,.0f} per request. Only the lookup W_E[tokens] ran; "
                     "lower B, S or V to see the product checked.")
         else:
-            verdict = ":green[**✓ pass**]" if check.passed else ":red[**✗ FAIL**]"
-            st.markdown(f"{name}: max |difference| = **{check.max_abs_diff:.1e}** — {verdict} "
+            st.markdown(f"{name}: max |difference| = **{check.max_abs_diff:.1e}** — {verdict(check.passed)} "
                         f"({result.lookup_mb[name]:,.1f} MB for the one-hot check)")
 
 with wo_area:
@@ -103,7 +101,7 @@ with wo_area:
     head, local = equivalence.wo_row_owner(row, d_head)
     st.markdown(f"Row **{row}** belongs to head **{row} // {d_head} = {head}**, as row **{row} mod {d_head} = {local}** "
                 f"of its block W_O[{head}]. Every row checked against its block: "
-                f"{':green[**✓ all equal exactly**]' if result.wo_block_check else ':red[**✗ mismatch**]'}.")
+                f"{verdict(result.wo_block_check, 'all equal exactly', 'mismatch')}.")
     st.plotly_chart(figures.wo_blocks(n_heads, d_head, d_model, row))
 
 summed = result.head_results.sum(0)
@@ -112,9 +110,8 @@ with left:
     st.plotly_chart(figures.head_norms_bar(result.head_norms, float((summed**2).sum() ** 0.5), position))
 with right:
     st.plotly_chart(figures.head_contributions_heatmap(result.head_results, summed, result.attn_out, position))
-verdict = ":green[**✓ pass**]" if result.position_check.passed else ":red[**✗ FAIL**]"
 st.markdown(f"Σ_h result_h vs the attention output at position {position} (batch item 0): max |difference| = "
-            f"**{result.position_check.max_abs_diff:.1e}** ({dtype}) — {verdict}")
+            f"**{result.position_check.max_abs_diff:.1e}** ({dtype}) — {verdict(result.position_check.passed)}")
 
 with st.expander("Under the hood"):
     st.markdown("`mechlib.attention`: the two readings the checks compare (z: `[batch, pos, head, d_head]`).")

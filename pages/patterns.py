@@ -10,16 +10,13 @@ import torch
 import mechlib
 from mechlib import figures, patterns
 from mechlib.equivalence import compare
-from pages.shell import current_model, input_tokens, require_shell, slider
+from pages.shell import current_model, input_tokens, model_tolerance, require_shell, slider, verdict
 
 require_shell()
 
-TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}  # |a − b| ≤ tol · max(1, |ref|)
-
-
 @st.cache_data(max_entries=64, show_spinner="Running the model…")
 def analyse(version: str, key: tuple, _model, ids: tuple[int, ...], layer: int, head: int, dest: int, seed: int) -> dict:
-    tolerance = TOLERANCE[_model.embed.W_E.dtype]
+    tolerance = model_tolerance(_model)
     _, cache = _model.run_with_cache(torch.tensor([ids]))
     cached = cache[f"blocks.{layer}.attn.hook_attn_scores"][0, head]
     mine = patterns.scores_from_W_QK(_model, cache, layer, head)[0]
@@ -34,10 +31,6 @@ def analyse(version: str, key: tuple, _model, ids: tuple[int, ...], layer: int, 
         "pattern": cache[f"blocks.{layer}.attn.hook_pattern"][0, head].cpu().double().numpy(),
         "messages": patterns.messages(_model, cache, layer, head, dest, tolerance),
     }
-
-
-def verdict(check) -> str:
-    return ":green[**✓ pass**]" if check.passed else ":red[**✗ FAIL**]"
 
 
 st.title("Patterns and messages")
@@ -70,7 +63,7 @@ st.subheader("Regrouping: ((QKᵀ)V)O = (QKᵀ)(VO)")
 reg = result["regrouping"]
 cols = st.columns(3)
 cols[0].metric("max |difference|", f"{reg.check.max_abs_diff:.2e}", help=f"Passes when |a − b| ≤ {tol:.0e} · max(1, |b|).")
-cols[0].caption(f"{verdict(reg.check)}: scaled {reg.check.max_scaled_diff:.1e} ≤ {tol:.0e}")
+cols[0].caption(f"{verdict(reg.check.passed)}: scaled {reg.check.max_scaled_diff:.1e} ≤ {tol:.0e}")
 for col, (name, macs) in zip(cols[1:], reg.macs.items()):
     col.metric(f"{name}: multiply-adds", f"{macs:,}", help="For one sequence of this prompt, one head.")
     col.caption(f"measured {reg.time_ms[name]:.3f} ms (median of 5)")
@@ -87,18 +80,18 @@ with right:
         beyond = values[cfg.d_head:].max(initial=0.0) / values[0]
         st.markdown(f"**{name}**: σ₁ = {values[0]:.3g}, σ_{cfg.d_head} = {values[cfg.d_head - 1]:.3g}; largest beyond "
                     f"d_head = {beyond:.1e} × σ₁ — rank {int((values > 1e-10 * values[0]).sum())} ≤ {cfg.d_head} "
-                    f"{':green[**✓**]' if beyond <= 1e-10 else ':red[**✗**]'}")
+                    f"{verdict(beyond <= 1e-10, 'rank ≤ d_head', 'rank > d_head')}")
     nonu = result["non_uniqueness"]
     st.markdown("**Only the products matter.** With a random invertible R (d_head × d_head), float64:")
     st.markdown(f"- W_Q R, W_K R⁻ᵀ: pattern changes by at most **{nonu['pattern']:.1e}** "
-                f"{':green[**✓**]' if nonu['pattern'] <= 1e-10 else ':red[**✗**]'}\n"
+                f"{verdict(nonu['pattern'] <= 1e-10)}\n"
                 f"- W_V R, R⁻¹ W_O: messages change by at most **{nonu['messages']:.1e}** "
-                f"{':green[**✓**]' if nonu['messages'] <= 1e-10 else ':red[**✗**]'}")
+                f"{verdict(nonu['messages'] <= 1e-10)}")
 
 st.subheader("Pattern matching: where each position looks")
 scores = result["scores"]
 st.markdown(f"Scores recomputed as x_i W_QK x_jᵀ / √d_head (with the query and key biases) against the model's "
-            f"cached scores: max |difference| **{scores.max_abs_diff:.1e}** — {verdict(scores)}")
+            f"cached scores: max |difference| **{scores.max_abs_diff:.1e}** — {verdict(scores.passed)}")
 left, right = st.columns(2)
 with left:
     st.plotly_chart(figures.pattern_heatmap(result["score_matrix"], labels, "Scores x_i W_QK x_jᵀ / √d_head", scores=True))
@@ -119,7 +112,7 @@ with left:
 with right:
     st.dataframe(table, hide_index=True, height=360)
 st.markdown(f"Σ_j A[{dest}, j] · message_j against the head's output at position {dest}: max |difference| "
-            f"**{msgs.check.max_abs_diff:.1e}** — {verdict(msgs.check)}")
+            f"**{msgs.check.max_abs_diff:.1e}** — {verdict(msgs.check.passed)}")
 
 with st.expander("Under the hood"):
     st.markdown("`mechlib.patterns`: the checks on this page.")

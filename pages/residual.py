@@ -10,16 +10,13 @@ import torch
 import mechlib
 from mechlib import figures, residual
 from mechlib.equivalence import compare
-from pages.shell import current_model, input_tokens, require_shell, slider
+from pages.shell import current_model, input_tokens, model_tolerance, require_shell, slider, verdict
 
 require_shell()
 
-TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}  # |a − b| ≤ tol · max(1, |ref|)
-
-
 @st.cache_data(max_entries=64, show_spinner="Running the model…")
 def stream(version: str, key: tuple, _model, ids: tuple[int, ...], position: int) -> dict:
-    tolerance = TOLERANCE[_model.embed.W_E.dtype]
+    tolerance = model_tolerance(_model)
     logits, cache = _model.run_with_cache(torch.tensor([ids]))
     book = residual.ledger(_model, cache)
     terms = book.terms[:, 0, position]                                        # [component d_model]
@@ -43,16 +40,12 @@ def stream(version: str, key: tuple, _model, ids: tuple[int, ...], position: int
 
 @st.cache_data(max_entries=64)
 def attribution(version: str, key: tuple, _model, ids: tuple[int, ...], position: int, token: int) -> dict:
-    tolerance = TOLERANCE[_model.embed.W_E.dtype]
+    tolerance = model_tolerance(_model)
     logits, cache = _model.run_with_cache(torch.tensor([ids]))
     labels, shares = residual.direct_logit_attribution(_model, cache, torch.full((1, len(ids)), token))
     shares = shares[:, 0, position]
     return {"labels": labels, "shares": shares.cpu().double().numpy(),
             "check": compare(shares.sum(), logits[0, position, token], tolerance)}
-
-
-def verdict(check) -> str:
-    return ":green[**✓ pass**]" if check.passed else ":red[**✗ FAIL**]"
 
 
 st.title("The residual stream")
@@ -79,7 +72,7 @@ vocab = model.tokenizer.labels if model.tokenizer else (lambda t: [str(i) for i 
 st.subheader(f"The ledger at position {position} ('{labels[position]}')")
 check = result["ledger_check"]
 st.markdown(f"Sum of the {len(result['labels'])} terms against the real final residual: max |difference| "
-            f"**{check.max_abs_diff:.1e}** — {verdict(check)} (|a − b| ≤ {tol:.0e} · max(1, |b|))")
+            f"**{check.max_abs_diff:.1e}** — {verdict(check.passed)} (|a − b| ≤ {tol:.0e} · max(1, |b|))")
 left, right = st.columns(2)
 with left:
     st.plotly_chart(figures.component_bars(result["projections"], result["labels"],
@@ -109,7 +102,7 @@ for b, p in enumerate(probs):
                  f"p(actual next: {vocab([actual])[0] if actual is not None else '—'})": f"{p[actual]:.3f}" if actual is not None else "—"})
 st.dataframe(pd.DataFrame(rows), hide_index=True)
 st.markdown(f"The last row read through the final LayerNorm and W_U against the model's own logits: max |difference| "
-            f"**{result['lens_check'].max_abs_diff:.1e}** — {verdict(result['lens_check'])}")
+            f"**{result['lens_check'].max_abs_diff:.1e}** — {verdict(result['lens_check'].passed)}")
 
 st.subheader("Direct logit attribution")
 options = result["top"]
@@ -126,7 +119,7 @@ if other is not None:
     shares = shares - attribution(mechlib.__version__, key, model, ids, position, other)["shares"]
     title += f" minus that of '{vocab([other])[0]}'"
 st.plotly_chart(figures.component_bars(shares, dla["labels"], title, "logit (nats)", total=float(shares.sum())))
-st.markdown(f"The shares add up to the logit: max |difference| **{dla['check'].max_abs_diff:.1e}** — {verdict(dla['check'])}. "
+st.markdown(f"The shares add up to the logit: max |difference| **{dla['check'].max_abs_diff:.1e}** — {verdict(dla['check'].passed)}. "
             + ("Through LayerNorm each term is divided by the scale cached on this input; the scale depends on all "
                "terms together, so a share is a first-order reading, not what removing the term would do."
                if cfg.normalization == "LN" else "Without LayerNorm the read-out is linear, so the shares are exact."))

@@ -6,6 +6,7 @@ from streamlit.runtime.pages_manager import PagesManager
 
 from mechlib import zoo
 from mechlib.config import ModelConfig
+from mechlib.equivalence import TOLERANCE
 from mechlib.model import Transformer
 
 
@@ -62,6 +63,16 @@ def add_session_model(label: str, data: bytes) -> None:
 def session_model(label: str) -> Transformer:
     """This session's model ``label``: from the shared cache, or validated again from its bytes."""
     return zoo.from_checkpoint(st.session_state["session_models"][label])[1]
+
+
+def verdict(passed: bool, good: str = "pass", bad: str = "FAIL") -> str:
+    """A check's outcome as coloured markdown, the same on every page."""
+    return f":green[**✓ {good}**]" if passed else f":red[**✗ {bad}**]"
+
+
+def model_tolerance(model: Transformer) -> float:
+    """The bound |a − b| ≤ tol · max(1, |ref|) for identities computed in the model's precision."""
+    return TOLERANCE[str(model.embed.W_E.dtype).removeprefix("torch.")]
 
 
 DEFAULT_PROMPT = "the class of an object is its type . the class of an object is"

@@ -1,23 +1,15 @@
 """AppTest for the Residual stream page: the ledger balances, the lens ends at the logits, DLA adds up."""
 
 import re
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
+from tests.app.helpers import open_page
 
 
 def page(**state) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.run()
-    at.switch_page("pages/residual.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_page("pages/residual.py", **state)
 
 
 def checks_pass(at: AppTest, expected: int = 3) -> None:

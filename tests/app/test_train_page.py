@@ -1,22 +1,13 @@
 """AppTest for the Train page: widgets move, a short training run completes and joins the sidebar."""
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
+from tests.app.helpers import open_page
 
 
 def train_page(**state) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.run()
-    at.switch_page("pages/train.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_page("pages/train.py", **state)
 
 
 def test_defaults_show_sizes_memory_and_queue():

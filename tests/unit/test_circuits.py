@@ -1,0 +1,88 @@
+"""Circuits: factored circuits equal dense ones; composition and copying scores have known answers."""
+
+import pytest
+import torch
+
+from mechlib import attention, circuits
+from mechlib.config import ModelConfig
+from mechlib.model import Transformer
+
+CFG = ModelConfig(n_layers=3, d_model=32, n_heads=4, d_vocab=40, n_ctx=12, seed=2)
+
+
+def dense_composition(model: Transformer, mode: str) -> torch.Tensor:
+    """The paper's definition, with every d_model × d_model matrix formed."""
+    W = {name: torch.stack([getattr(b.attn, name) for b in model.blocks]).double() for name in ("W_Q", "W_K", "W_V", "W_O")}
+    OV = attention.W_OV(W["W_V"].flatten(0, 1), W["W_O"].flatten(0, 1))          # [LH d d]
+    QK = attention.W_QK(W["W_Q"].flatten(0, 1), W["W_K"].flatten(0, 1))
+    second = {"Q": QK, "K": QK.transpose(-1, -2), "V": OV}[mode]
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    out = torch.zeros(L, H, L, H, dtype=torch.float64)
+    for a in range(L * H):
+        for b in range(L * H):
+            if a // H < b // H:
+                out[a // H, a % H, b // H, b % H] = (torch.linalg.matrix_norm(OV[a] @ second[b])
+                                                     / (torch.linalg.matrix_norm(OV[a]) * torch.linalg.matrix_norm(second[b])))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["Q", "K", "V"])
+def test_composition_scores_equal_the_dense_definition(mode):
+    model = Transformer(CFG).double()
+    mine = circuits.composition_scores(model, mode)
+    assert mine.shape == (3, 4, 3, 4) and mine.dtype == torch.float64
+    assert (mine - dense_composition(model, mode)).abs().max() <= 1e-10
+    assert torch.all(mine[1, :, 0] == 0) and torch.all(mine[2, :, 2] == 0)  # only earlier → later
+    in_float32 = circuits.composition_scores(Transformer(CFG), mode)         # scores lie in [0, 1]
+    assert (in_float32.double() - mine).abs().max() <= 1e-5
+
+
+def test_random_composition_is_about_one_over_sqrt_d_model():
+    model = Transformer(ModelConfig(n_layers=2, d_model=256, n_heads=8, d_vocab=10, n_ctx=4))
+    scores = circuits.composition_scores(model, "K")[0, :, 1]
+    assert scores.mean() == pytest.approx(circuits.random_baseline(256), rel=0.25)
+    assert circuits.empirical_baseline(256, 32, samples=50) == pytest.approx(scores.mean().item(), rel=0.25)
+    with pytest.raises(ValueError, match="choose 'Q', 'K' or 'V'"):
+        circuits.composition_scores(model, "X")
+
+
+def test_a_head_that_writes_what_another_reads_composes_fully():
+    cfg = ModelConfig(n_layers=2, d_model=8, n_heads=1, d_vocab=10, n_ctx=4)
+    model = Transformer(cfg)
+    with torch.no_grad():
+        for b in model.blocks:
+            for name in ("W_Q", "W_K", "W_V"):
+                getattr(b.attn, name).zero_()
+            b.attn.W_O.zero_()
+        model.blocks[0].attn.W_V[0, 0, :] = 1.0   # head A reads dim 0 …
+        model.blocks[0].attn.W_O[0, :, 3] = 1.0   # … and writes dim 3
+        model.blocks[1].attn.W_K[0, 3, :] = 1.0   # head B's keys read dim 3
+        model.blocks[1].attn.W_Q[0, 5, :] = 1.0
+    scores = {mode: circuits.composition_scores(model, mode)[0, 0, 1, 0].item() for mode in "QKV"}
+    assert scores["K"] == pytest.approx(1.0)
+    assert scores["Q"] == pytest.approx(0.0, abs=1e-12)
+    assert scores["V"] == 0.0  # head B's W_OV is zero: it composes with nothing
+
+
+def test_circuits_equal_their_dense_products():
+    model = Transformer(CFG).double()
+    attn = model.blocks[1].attn
+    dense_qk = model.embed.W_E @ attn.W_Q[2] @ attn.W_K[2].T @ model.embed.W_E.T
+    dense_ov = model.embed.W_E @ attn.W_V[2] @ attn.W_O[2] @ model.unembed.W_U
+    dense_pos = model.pos_embed.W_pos @ attn.W_Q[2] @ attn.W_K[2].T @ model.pos_embed.W_pos.T
+    assert (circuits.qk_circuit(model, 1, 2).dense() - dense_qk).abs().max() <= 1e-10
+    assert (circuits.ov_circuit(model, 1, 2).dense() - dense_ov).abs().max() <= 1e-10
+    assert (circuits.positional_qk_circuit(model, 1, 2).dense() - dense_pos).abs().max() <= 1e-10
+
+
+def test_copying_score_is_one_for_a_copier_and_minus_one_for_its_opposite():
+    cfg = ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=8, n_ctx=4)
+    model = Transformer(cfg)
+    with torch.no_grad():
+        model.embed.W_E.copy_(torch.eye(8))
+        model.unembed.W_U.copy_(torch.eye(8))
+        model.blocks[0].attn.W_V.copy_(torch.eye(8)[:, :4].expand(2, 8, 4))
+        model.blocks[0].attn.W_O[0] = torch.eye(8)[:4]       # head 0: token i raises token i
+        model.blocks[0].attn.W_O[1] = -torch.eye(8)[:4]      # head 1: token i lowers token i
+    scores = circuits.copying_scores(model)
+    assert scores[0, 0] == pytest.approx(1.0) and scores[0, 1] == pytest.approx(-1.0)

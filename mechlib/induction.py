@@ -11,7 +11,8 @@ from torch import Tensor
 from mechlib.model import Transformer
 
 __all__ = ["EVAL_LENGTH", "eval_length", "repeated_sequences", "previous_token_scores", "induction_scores",
-           "second_half_loss", "evaluate"]
+           "duplicate_token_scores", "second_half_loss", "mean_ablation", "head_scores", "in_context_learning_score",
+           "evaluate"]
 
 EVAL_LENGTH = 20  # scored at this segment length; training sequences avoid it
 
@@ -56,6 +57,50 @@ def second_half_loss(logits: Tensor, tokens: Tensor, length: int) -> Tensor:
     logprobs = logits[:, predict_from].log_softmax(-1)                            # [batch q d_vocab]
     targets = tokens[:, predict_from + 1]                                         # [batch q]
     return -logprobs.gather(-1, targets[..., None]).mean()
+
+
+def duplicate_token_scores(patterns: Tensor, tokens: Tensor, length: int) -> Tensor:
+    """Mean attention from each second-repeat token to its own earlier copy (position q − L): [layer head].
+    Valid pairs only, as for the induction score."""
+    queries = torch.arange(length + 1, 2 * length + 1)
+    earlier = (tokens[:, None, :] == tokens[:, queries, None]) & (
+        torch.arange(tokens.shape[1])[None, None, :] < queries[None, :, None])
+    valid = earlier.sum(-1) == 1
+    if not valid.any():
+        raise ValueError("no second-repeat token has a unique earlier copy; use a larger vocabulary or batch")
+    weights = patterns[..., queries, queries - length] * valid[None, :, None, :]
+    return weights.sum(dim=(1, 3)) / valid.sum()
+
+
+@torch.inference_mode()
+def mean_ablation(model: Transformer, tokens: Tensor, heads: list[tuple[int, int]]) -> dict[tuple[int, int], Tensor]:
+    """For ``model(tokens, ablate=…)``: each head's output z replaced by its mean over this batch and positions."""
+    _, cache = model.run_with_cache(tokens)
+    return {(layer, head): cache[f"blocks.{layer}.attn.hook_z"][:, :, head].mean((0, 1)) for layer, head in heads}
+
+
+@torch.inference_mode()
+def head_scores(model: Transformer, batch: int = 32, seed: int = 1234,
+                ablate: dict[tuple[int, int], Tensor] | None = None) -> dict[str, Tensor]:
+    """Previous-token, duplicate-token and induction scores of every head, [layer head] each, on repeated
+    random sequences; ``ablate`` (see ``Transformer.forward``) measures them with some heads knocked out."""
+    length = eval_length(model.cfg.n_ctx)
+    tokens = repeated_sequences(model.cfg.d_vocab, length, batch, seed)
+    _, cache = model.run_with_cache(tokens, ablate)
+    patterns = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"].cpu() for l in range(model.cfg.n_layers)])
+    return {"prev_token": previous_token_scores(patterns), "duplicate_token": duplicate_token_scores(patterns, tokens, length),
+            "induction": induction_scores(patterns, tokens, length)}
+
+
+@torch.inference_mode()
+def in_context_learning_score(model: Transformer, tokens: Tensor) -> float:
+    """Loss late in the context minus loss early (nats), as in Olsson et al. (500th − 50th token), scaled to
+    this context: the last predicted position against the one a tenth of the way in. Negative: later
+    tokens are predicted better, thanks to the context."""
+    logits = model(tokens)                                                    # [batch pos d_vocab]
+    losses = -logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None].to(logits.device))[..., 0]  # [batch pos-1]
+    early = max(1, round(0.1 * (tokens.shape[1] - 1)))
+    return float(losses[:, -1].mean() - losses[:, early - 1].mean())
 
 
 @torch.inference_mode()

@@ -20,6 +20,7 @@ from mechlib.device import require_budget
 __all__ = ["Transformer"]
 
 Cache = dict[str, Tensor]
+Ablation = dict[tuple[int, int], Tensor]  # (layer, head) -> the z [d_head] that replaces the head's output
 LN_EPS = 1e-5
 
 
@@ -67,13 +68,18 @@ class Attention(nn.Module):
         self.register_buffer("mask", torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool).tril())
         self.register_buffer("IGNORE", torch.tensor(float("-inf")))
 
-    def forward(self, qk_input: Tensor, v_input: Tensor, cache: Cache | None, name: str) -> Tensor:
+    def forward(self, qk_input: Tensor, v_input: Tensor, cache: Cache | None, name: str,
+                ablate: dict[int, Tensor] | None = None) -> Tensor:
         q = attention.qkv(qk_input, self.W_Q, self.b_Q)          # [batch pos head d_head]
         k = attention.qkv(qk_input, self.W_K, self.b_K)          # [batch pos head d_head]
         v = attention.qkv(v_input, self.W_V, self.b_V)           # [batch pos head d_head]
         scores = attention.attention_scores(q, k)                # [batch head query_pos key_pos]
         pattern = attention.attention_pattern(scores)            # [batch head query_pos key_pos]
         z = attention.mix_values(pattern, v)                     # [batch pos head d_head]
+        if ablate:  # a head's output replaced by a given z (zeros, or its mean): the model is not touched
+            z = z.clone()
+            for head, replacement in ablate.items():
+                z[..., head, :] = replacement
         out = attention.concat_then_project(z, self.W_O) + self.b_O  # [batch pos d_model]
         if cache is not None:
             cache.update({f"{name}.hook_q": q, f"{name}.hook_k": k, f"{name}.hook_v": v,
@@ -115,14 +121,15 @@ class Block(nn.Module):
     def _norm(self, ln: str, x: Tensor, cache: Cache | None, name: str) -> Tensor:
         return getattr(self, ln)(x, cache, f"{name}.{ln}") if self.cfg.normalization == "LN" else x
 
-    def forward(self, resid: Tensor, pos_embed: Tensor, cache: Cache | None, name: str) -> Tensor:
+    def forward(self, resid: Tensor, pos_embed: Tensor, cache: Cache | None, name: str,
+                ablate: dict[int, Tensor] | None = None) -> Tensor:
         if cache is not None:
             cache[f"{name}.hook_resid_pre"] = resid
         v_input = self._norm("ln1", resid, cache, name)
         # Shortformer: positions enter the queries and keys only (after ln1, as in TransformerLens),
         # never the residual stream.
         qk_input = v_input + pos_embed if self.cfg.positional == "shortformer" else v_input
-        attn_out = self.attn(qk_input, v_input, cache, f"{name}.attn")
+        attn_out = self.attn(qk_input, v_input, cache, f"{name}.attn", ablate)
         resid = resid + attn_out                                 # the residual stream: read, then add
         if cache is not None:
             cache[f"{name}.hook_attn_out"] = attn_out
@@ -219,23 +226,30 @@ class Transformer(nn.Module):
         require_budget(self.cfg.estimate_mb(batch=tokens.shape[0]), f"a batch of {tokens.shape[0]} sequences")
         return tokens
 
-    def forward(self, tokens: Tensor, cache: Cache | None = None) -> Tensor:
-        """tokens [batch pos] (or [pos]) -> logits [batch pos d_vocab]; fills ``cache`` when given one."""
+    def forward(self, tokens: Tensor, cache: Cache | None = None, ablate: Ablation | None = None) -> Tensor:
+        """tokens [batch pos] (or [pos]) -> logits [batch pos d_vocab]; fills ``cache`` when given one.
+
+        ``ablate`` maps (layer, head) to the z [d_head] that replaces the head's output at every position
+        (zeros for zero-ablation, the head's mean z for mean-ablation); the model itself is never changed.
+        """
         tokens = self._check_tokens(tokens).to(self.embed.W_E.device)
         embed = self.embed.W_E[tokens]                           # [batch pos d_model]
         pos_embed = self.pos_embed.W_pos[: tokens.shape[1]].expand_as(embed)  # [batch pos d_model]
         if cache is not None:
             cache["hook_embed"], cache["hook_pos_embed"] = embed, pos_embed
         resid = embed if self.cfg.positional == "shortformer" else embed + pos_embed
+        by_layer: dict[int, dict[int, Tensor]] = {}
+        for (layer, head), replacement in (ablate or {}).items():
+            by_layer.setdefault(layer, {})[head] = replacement
         for layer, block in enumerate(self.blocks):
-            resid = block(resid, pos_embed, cache, f"blocks.{layer}")
+            resid = block(resid, pos_embed, cache, f"blocks.{layer}", by_layer.get(layer))
         if self.cfg.normalization == "LN":
             resid = self.ln_final(resid, cache, "ln_final")
         return resid @ self.unembed.W_U + self.unembed.b_U      # [batch pos d_vocab]
 
     @torch.inference_mode()
-    def run_with_cache(self, tokens: Tensor) -> tuple[Tensor, Cache]:
+    def run_with_cache(self, tokens: Tensor, ablate: Ablation | None = None) -> tuple[Tensor, Cache]:
         """(logits, cache): cache maps TransformerLens hook names to activations."""
         cache: Cache = {}
-        logits = self(tokens, cache)
+        logits = self(tokens, cache, ablate)
         return logits, cache

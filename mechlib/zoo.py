@@ -19,11 +19,11 @@ from mechlib.config import ModelConfig
 from mechlib.device import DEVICE
 from mechlib.model import Transformer
 
-__all__ = ["random_model", "from_checkpoint", "uploaded", "LIMITS", "Recipe", "RECIPES", "names", "load",
+__all__ = ["random_model", "from_checkpoint", "LIMITS", "Recipe", "RECIPES", "names", "load",
            "snapshot_steps", "load_snapshot", "history"]
 
 # Models of each kind kept at once; the least recently used goes first.
-LIMITS = {"random": 8, "upload": 16, "zoo": 8, "snapshot": 24, "session": 16}
+LIMITS = {"random": 8, "upload": 16, "zoo": 8, "snapshot": 24}
 
 _lock = threading.Lock()
 _models: OrderedDict[tuple, Transformer] = OrderedDict()
@@ -70,11 +70,6 @@ def from_checkpoint(data: bytes) -> tuple[str, Transformer]:
     """(sha256 digest, the shared read-only model) of an uploaded checkpoint; raises ``io.CheckpointError``."""
     digest = hashlib.sha256(data).hexdigest()
     return digest, _cached(("upload", digest, str(DEVICE)), lambda: io.load(data))
-
-
-def uploaded(digest: str) -> Transformer | None:
-    """The model uploaded with this digest, or None once it has left the cache (upload it again)."""
-    return _lookup(("upload", digest, str(DEVICE)))
 
 
 # ---------------------------------------------------------------------------------------------

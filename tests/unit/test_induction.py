@@ -44,3 +44,39 @@ def test_second_half_loss_is_zero_for_a_perfect_copier_and_log_vocab_for_uniform
     perfect = torch.full((4, 13, 50), -1e9)
     perfect.scatter_(-1, tokens.roll(-1, dims=1)[..., None], 0.0)
     assert induction.second_half_loss(perfect, tokens, 6) == pytest.approx(0.0)
+
+
+def test_duplicate_token_head_scores_one():
+    tokens = induction.repeated_sequences(d_vocab=1000, length=8, batch=4, seed=2)
+    n = tokens.shape[1]
+    duplicate = torch.zeros(4, 1, n, n)
+    duplicate[:, 0, torch.arange(n), torch.arange(n)] = 1
+    q = torch.arange(9, 17)
+    duplicate[:, 0, q, q] = 0
+    duplicate[:, 0, q, q - 8] = 1
+    scores = induction.duplicate_token_scores(duplicate[None], tokens, 8)
+    assert scores[0, 0] == pytest.approx(1.0)
+
+
+def test_ablating_the_previous_token_head_breaks_the_induction_head():
+    """The shipped attn-only-2l: knock out its layer-0 previous-token head and the layer-1 induction head fails."""
+    from mechlib import zoo
+
+    model = zoo.load("attn-only-2l")
+    clean = induction.head_scores(model)
+    prev_head = int(clean["prev_token"][0].argmax())
+    ind_head = int(clean["induction"][1].argmax())
+    assert clean["induction"][1, ind_head] >= 0.9
+    tokens = induction.repeated_sequences(model.cfg.d_vocab, induction.eval_length(model.cfg.n_ctx), 32, seed=99)
+    for ablation in ({(0, prev_head): torch.zeros(model.cfg.d_head)}, induction.mean_ablation(model, tokens, [(0, prev_head)])):
+        ablated = induction.head_scores(model, ablate=ablation)
+        assert ablated["induction"][1, ind_head] < 0.5 * clean["induction"][1, ind_head]
+    assert not model.training and model.read_only  # the shared model was not touched
+
+
+def test_in_context_learning_score_is_negative_with_an_induction_head():
+    from mechlib import zoo
+
+    model = zoo.load("attn-only-2l")
+    tokens = induction.repeated_sequences(model.cfg.d_vocab, induction.eval_length(model.cfg.n_ctx), 16, seed=3)
+    assert induction.in_context_learning_score(model, tokens) < -1.0  # nats: the second repeat is predicted

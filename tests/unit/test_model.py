@@ -151,3 +151,23 @@ def test_shortformer_adds_positions_after_ln1_as_transformerlens_does():
     assert (qk_input @ attn.W_Q[1] + attn.b_Q[1] - cache["blocks.0.attn.hook_q"][:, :, 1]).abs().max() <= 1e-10
     v = cache["blocks.0.ln1.hook_normalized"] @ attn.W_V[1] + attn.b_V[1]  # values carry no position
     assert (v - cache["blocks.0.attn.hook_v"][:, :, 1]).abs().max() <= 1e-10
+
+
+@torch.inference_mode()
+def test_ablation_is_functional_and_replaces_one_heads_output():
+    cfg = CONFIGS[1]
+    model = with_random_biases(Transformer(cfg).double())
+    tokens = tokens_for(cfg)
+    before = copy.deepcopy(model.state_dict())
+    clean, cache = model.run_with_cache(tokens)
+    zero = torch.zeros(cfg.d_head, dtype=torch.float64)
+    ablated, ablated_cache = model.run_with_cache(tokens, ablate={(0, 2): zero})
+    assert torch.all(ablated_cache["blocks.0.attn.hook_z"][:, :, 2] == 0)
+    assert torch.equal(ablated_cache["blocks.0.attn.hook_z"][:, :, 1], cache["blocks.0.attn.hook_z"][:, :, 1])
+    # Zero-ablating head 2 removes exactly its result from the attention output.
+    removed = cache["blocks.0.hook_attn_out"] - cache["blocks.0.attn.hook_result"][:, :, 2]
+    assert (ablated_cache["blocks.0.hook_attn_out"] - removed).abs().max() <= 1e-10
+    assert not torch.equal(clean, ablated)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    again, _ = model.run_with_cache(tokens)
+    assert torch.equal(again, clean)  # nothing lingers: no hooks

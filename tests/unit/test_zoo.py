@@ -57,12 +57,13 @@ def test_uploads_are_keyed_by_content_and_bounded(tmp_path, monkeypatch):
         io.save(Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=10, n_ctx=4, seed=seed)), path)
         blobs.append(path.read_bytes())
     digest, first = zoo.from_checkpoint(blobs[0])
-    assert zoo.from_checkpoint(blobs[0])[1] is first and zoo.uploaded(digest) is first
+    key = ("upload", digest, str(zoo.DEVICE))
+    assert zoo.from_checkpoint(blobs[0])[1] is first and zoo._models[key] is first
     assert torch.equal(first.embed.W_E.cpu(), Transformer(first.cfg).embed.W_E)
     zoo.from_checkpoint(blobs[1])
     zoo.from_checkpoint(blobs[2])
     assert sum(1 for key in zoo._models if key[0] == "upload") == 2
-    assert zoo.uploaded(digest) is None
+    assert key not in zoo._models
     assert zoo.from_checkpoint(blobs[0])[1] is not first  # evicted, then loaded again
 
 

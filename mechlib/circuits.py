@@ -7,11 +7,12 @@ is never formed unless a page asks for a few of its rows.
 import torch
 from torch import Tensor
 
+from mechlib import residual
 from mechlib.factored import FactoredMatrix
-from mechlib.model import Transformer
+from mechlib.model import Cache, Transformer
 
 __all__ = ["qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_scores", "random_baseline",
-           "empirical_baseline", "copying_scores", "ov_eigenvalues"]
+           "empirical_baseline", "copying_scores", "ov_eigenvalues", "path_expansion", "skip_trigrams", "virtual_ov"]
 
 MODES = ("Q", "K", "V")
 
@@ -104,3 +105,43 @@ def copying_scores(model: Transformer) -> Tensor:
             eigenvalues = ov_eigenvalues(model, layer, head)
             scores[layer, head] = eigenvalues.real.sum() / eigenvalues.abs().sum()
     return scores
+
+
+@torch.inference_mode()
+def path_expansion(model: Transformer, cache: Cache) -> tuple[list[str], Tensor]:
+    """Logits as a sum over paths, for a model without LayerNorm: the direct path (embeddings straight to
+    W_U), one term per head (its result through W_U), the attention biases, and b_U.
+    Returns (labels, [path batch pos d_vocab]); the paths sum to the real logits."""
+    if model.cfg.normalization is not None:
+        raise ValueError("path expansion is exact only without LayerNorm; choose an attention-only zoo model")
+    book = residual.ledger(model, cache)
+    paths = book.terms @ model.unembed.W_U                                       # [term batch pos d_vocab]
+    labels = ["direct: " + label if label in ("embed", "pos_embed") else label for label in book.labels]
+    return labels + ["b_U"], torch.cat([paths, model.unembed.b_U.expand_as(paths[0])[None]])
+
+
+@torch.inference_mode()
+def skip_trigrams(model: Transformer, layer: int, head: int, destinations: list[int], per_destination: int = 3,
+                  ) -> list[tuple[int, int, int, float, float]]:
+    """[source … destination → output] triples of one head, from its circuits only (no input needed):
+    for each destination token, the sources its QK circuit scores highest, and for each such source the
+    output token its OV circuit raises most. Returns (source, destination, output, qk score, ov score),
+    best QK score first. Only the rows asked for are formed."""
+    qk = qk_circuit(model, layer, head).rows(destinations).dense()               # [destination d_vocab]
+    qk[:, :2] = float("-inf")                                                    # never <bos>, <unk> as sources
+    top_qk, sources = qk.topk(per_destination, dim=-1)                           # [destination per_destination]
+    ov = ov_circuit(model, layer, head).rows(sources.flatten()).dense()          # [(destination per) d_vocab]
+    top_ov, outputs = ov.max(dim=-1)
+    triples = []
+    for i, destination in enumerate(destinations):
+        for j in range(per_destination):
+            flat = i * per_destination + j
+            triples.append((int(sources[i, j]), destination, int(outputs[flat]), float(top_qk[i, j]), float(top_ov[flat])))
+    return sorted(triples, key=lambda t: -t[3])
+
+
+def virtual_ov(model: Transformer, earlier: tuple[int, int], later: tuple[int, int]) -> FactoredMatrix:
+    """The OV circuit of the virtual head formed by V-composition, W_OV^earlier W_OV^later [d_model, d_model]:
+    what the later head moves when what it reads was written by the earlier head."""
+    a, b = model.blocks[earlier[0]].attn, model.blocks[later[0]].attn
+    return FactoredMatrix(a.W_V[earlier[1]], a.W_O[earlier[1]] @ b.W_V[later[1]] @ b.W_O[later[1]])

@@ -86,3 +86,40 @@ def test_copying_score_is_one_for_a_copier_and_minus_one_for_its_opposite():
         model.blocks[0].attn.W_O[1] = -torch.eye(8)[:4]      # head 1: token i lowers token i
     scores = circuits.copying_scores(model)
     assert scores[0, 0] == pytest.approx(1.0) and scores[0, 1] == pytest.approx(-1.0)
+
+
+@torch.inference_mode()
+def test_path_expansion_sums_to_the_logits():
+    from tests.unit.helpers import randomised
+
+    for cfg in (ModelConfig(n_layers=1, d_model=16, n_heads=4, d_vocab=20, n_ctx=6, positional="shortformer"),
+                ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=20, n_ctx=6)):
+        model = randomised(cfg)
+        logits, cache = model.run_with_cache(torch.randint(0, 20, (2, 6)))
+        labels, paths = circuits.path_expansion(model, cache)
+        assert labels[0] == "direct: embed" and labels[-1] == "b_U" and "L0H1" in labels
+        assert (paths.sum(0) - logits).abs().max() <= 1e-10
+    with pytest.raises(ValueError, match="only without LayerNorm"):
+        circuits.path_expansion(Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=5, n_ctx=4, normalization="LN")), {})
+
+
+@torch.inference_mode()
+def test_skip_trigrams_match_the_dense_circuits():
+    model = Transformer(CFG).double()
+    triples = circuits.skip_trigrams(model, 1, 2, destinations=[5, 7], per_destination=2)
+    qk, ov = circuits.qk_circuit(model, 1, 2).dense(), circuits.ov_circuit(model, 1, 2).dense()
+    assert len(triples) == 4 and triples[0][3] >= triples[-1][3]
+    for source, destination, output, qk_score, ov_score in triples:
+        row = qk[destination].clone()
+        row[:2] = float("-inf")
+        assert source in row.topk(2).indices.tolist() and qk_score == pytest.approx(float(qk[destination, source]))
+        assert output == int(ov[source].argmax()) and ov_score == pytest.approx(float(ov[source].max()))
+
+
+@torch.inference_mode()
+def test_virtual_head_is_the_product_of_the_two_ov_circuits():
+    model = Transformer(CFG).double()
+    a, b = model.blocks[0].attn, model.blocks[2].attn
+    dense = (a.W_V[1] @ a.W_O[1]) @ (b.W_V[3] @ b.W_O[3])
+    virtual = circuits.virtual_ov(model, (0, 1), (2, 3))
+    assert virtual.rank_bound == CFG.d_head and (virtual.dense() - dense).abs().max() <= 1e-10

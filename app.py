@@ -17,6 +17,7 @@ PAGES = [
             url_path="equivalence", default=True),
     st.Page("pages/patterns.py", title="Patterns and messages", icon=":material/grid_on:", url_path="patterns"),
     st.Page("pages/residual.py", title="The residual stream", icon=":material/stacked_line_chart:", url_path="residual"),
+    st.Page("pages/circuits.py", title="Circuits", icon=":material/account_tree:", url_path="circuits"),
     st.Page("pages/train.py", title="Train a model", icon=":material/model_training:", url_path="train"),
 ]
 

@@ -121,22 +121,24 @@ def path_expansion(model: Transformer, cache: Cache) -> tuple[list[str], Tensor]
 
 
 @torch.inference_mode()
-def skip_trigrams(model: Transformer, layer: int, head: int, destinations: list[int], per_destination: int = 3,
-                  ) -> list[tuple[int, int, int, float, float]]:
+def skip_trigrams(model: Transformer, layer: int, head: int, destinations: list[int], vocabulary: list[int],
+                  per_destination: int = 3) -> list[tuple[int, int, int, float, float]]:
     """[source … destination → output] triples of one head, from its circuits only (no input needed):
-    for each destination token, the sources its QK circuit scores highest, and for each such source the
-    output token its OV circuit raises most. Returns (source, destination, output, qk score, ov score),
-    best QK score first. Only the rows asked for are formed."""
-    qk = qk_circuit(model, layer, head).rows(destinations).dense()               # [destination d_vocab]
-    qk[:, :2] = float("-inf")                                                    # never <bos>, <unk> as sources
-    top_qk, sources = qk.topk(per_destination, dim=-1)                           # [destination per_destination]
-    ov = ov_circuit(model, layer, head).rows(sources.flatten()).dense()          # [(destination per) d_vocab]
+    for each destination token, the sources (among ``vocabulary``) its QK circuit scores highest, and for
+    each such source the output token (among ``vocabulary``) its OV circuit raises most. Returns (source,
+    destination, output, qk score, ov score), best QK score first. Only the rows and columns asked for
+    are formed."""
+    qk = qk_circuit(model, layer, head).rows(destinations).columns(vocabulary).dense()  # [destination vocabulary]
+    top_qk, picked = qk.topk(per_destination, dim=-1)                                     # [destination per]
+    sources = torch.tensor(vocabulary)[picked.cpu()]
+    ov = ov_circuit(model, layer, head).rows(sources.flatten().tolist()).columns(vocabulary).dense()
     top_ov, outputs = ov.max(dim=-1)
     triples = []
     for i, destination in enumerate(destinations):
         for j in range(per_destination):
             flat = i * per_destination + j
-            triples.append((int(sources[i, j]), destination, int(outputs[flat]), float(top_qk[i, j]), float(top_ov[flat])))
+            triples.append((int(sources[i, j]), destination, vocabulary[int(outputs[flat])], float(top_qk[i, j]),
+                            float(top_ov[flat])))
     return sorted(triples, key=lambda t: -t[3])
 
 

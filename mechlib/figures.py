@@ -5,7 +5,8 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 __all__ = ["head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "training_curves",
-           "pattern_heatmap", "singular_values", "source_bars", "component_bars", "depth_heatmap", "overlap_heatmap"]
+           "pattern_heatmap", "singular_values", "source_bars", "component_bars", "depth_heatmap", "overlap_heatmap",
+           "token_heatmap", "eigenvalues_plot", "composition_heatmap", "patterns_grid"]
 
 FONT = {"size": 14}
 
@@ -162,3 +163,59 @@ def overlap_heatmap(overlap: np.ndarray, labels: list[str], baseline: float) -> 
                                hovertemplate="%{y} vs %{x}<br>overlap %{z:.3f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, f"Heads' output subspaces overlap (random subspaces: {baseline:.3f})", 480)
+
+
+def token_heatmap(matrix: np.ndarray, rows: list[str], columns: list[str], title: str, x_title: str, y_title: str,
+                  value: str, diverging: bool = True) -> go.Figure:
+    """A token × token matrix (a bigram table, a QK or OV circuit) with the tokens named on both axes."""
+    colours = ({"colorscale": "RdBu", "zmid": 0} if diverging else {"colorscale": "Blues", "zmin": 0})
+    fig = go.Figure(go.Heatmap(z=matrix, x=columns, y=rows, colorbar={"title": value}, **colours,
+                               hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>{value} %{{z:.3f}}<extra></extra>"))
+    fig.update_xaxes(title=x_title, tickangle=-60, tickfont={"size": 11})
+    fig.update_yaxes(title=y_title, autorange="reversed", tickfont={"size": 11})
+    return _layout(fig, title, 520)
+
+
+def eigenvalues_plot(eigenvalues: dict[str, np.ndarray]) -> go.Figure:
+    """Each head's OV-circuit eigenvalues in the complex plane: a copying head's lie mostly to the right."""
+    fig = go.Figure()
+    for i, (name, values) in enumerate(eigenvalues.items()):
+        fig.add_trace(go.Scatter(x=values.real, y=values.imag, mode="markers", name=name,
+                                 marker={"color": head_colour(i), "size": 8},
+                                 hovertemplate=f"{name}<br>λ = %{{x:.3f}} + %{{y:.3f}}i<extra></extra>"))
+    fig.add_vline(x=0, line_color="grey")
+    fig.add_hline(y=0, line_color="grey")
+    fig.update_xaxes(title="real part")
+    fig.update_yaxes(title="imaginary part")
+    return _layout(fig, "OV-circuit eigenvalues (positive real part: the head copies)", 440)
+
+
+def composition_heatmap(scores: np.ndarray, earlier: list[str], later: list[str], baseline: float, mode: str) -> go.Figure:
+    """[earlier head, later head] composition scores; the colour scale is centred on the random baseline,
+    so heads that compose more than chance show blue and less than chance red."""
+    limit = max(float(np.abs(scores - baseline).max()), 1e-6)
+    fig = go.Figure(go.Heatmap(z=scores, x=later, y=earlier, colorscale="RdBu", zmid=baseline,
+                               zmin=baseline - limit, zmax=baseline + limit,
+                               colorbar={"title": "score"},
+                               hovertemplate="earlier %{y} → later %{x}<br>score %{z:.3f}<br>"
+                                             f"random ≈ {baseline:.3f}<extra></extra>"))
+    fig.update_xaxes(title="later head (reads)")
+    fig.update_yaxes(title="earlier head (writes)", autorange="reversed")
+    return _layout(fig, f"{mode}-composition (random baseline {baseline:.3f})", 420)
+
+
+def patterns_grid(patterns: np.ndarray, title: str) -> go.Figure:
+    """Every head's attention pattern [layer head q k] as small multiples."""
+    from plotly.subplots import make_subplots
+
+    layers, heads = patterns.shape[:2]
+    fig = make_subplots(rows=layers, cols=heads, subplot_titles=[f"L{l}H{h}" for l in range(layers) for h in range(heads)],
+                        horizontal_spacing=0.03, vertical_spacing=0.08)
+    for l in range(layers):
+        for h in range(heads):
+            fig.add_trace(go.Heatmap(z=patterns[l, h], colorscale="Blues", zmin=0, zmax=1, showscale=False,
+                                     hovertemplate=f"L{l}H{h}<br>query %{{y}} → key %{{x}}<br>%{{z:.3f}}<extra></extra>"),
+                          row=l + 1, col=h + 1)
+            fig.update_yaxes(autorange="reversed", showticklabels=False, row=l + 1, col=h + 1)
+            fig.update_xaxes(showticklabels=False, row=l + 1, col=h + 1)
+    return _layout(fig, title, 260 * layers + 80)

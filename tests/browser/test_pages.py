@@ -132,3 +132,18 @@ def test_residual_page_loads_draws_and_reacts(page, server):
     page.set_viewport_size({"width": 1400, "height": 4200})
     wait_for_app(page, charts=4)
     page.screenshot(path=str(ARTIFACTS / "residual.png"))
+
+
+def test_circuits_page_sections_load_and_draw(page, server):
+    for section, charts in (("two+layers", 4), ("zero+layers", 2), ("one+layer", 3), ("the+phase+change", 2)):
+        page.goto(f"{server}/circuits?section={section}")
+        wait_for_app(page, charts=charts)
+        assert page.locator('[data-testid="stException"]').count() == 0, section
+    thumb = page.get_by_role("slider", name="training step")
+    thumb.focus()
+    thumb.press("Home")
+    page.get_by_text("At step 0:").wait_for(timeout=30_000)
+    page.goto(f"{server}/circuits?section=two+layers")
+    page.set_viewport_size({"width": 1400, "height": 3000})
+    wait_for_app(page, charts=4)
+    page.screenshot(path=str(ARTIFACTS / "circuits.png"))

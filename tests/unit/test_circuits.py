@@ -124,3 +124,41 @@ def test_virtual_head_is_the_product_of_the_two_ov_circuits():
     dense = (a.W_V[1] @ a.W_O[1]) @ (b.W_V[3] @ b.W_O[3])
     virtual = circuits.virtual_ov(model, (0, 1), (2, 3))
     assert virtual.rank_bound == CFG.d_head and (virtual.dense() - dense).abs().max() <= 1e-10
+
+
+@torch.inference_mode()
+def test_a_hand_built_induction_circuit_scores_one_and_composes_by_k():
+    """Layer 0: a previous-token head copying the previous token into its own subspace. Layer 1: an induction
+    head whose keys read that subspace and whose queries read the current token. Both score ≈ 1, and the
+    layer-1 head composes with the layer-0 head through its keys only, as much as its spectrum allows."""
+    from mechlib import induction
+
+    V, n = 12, 16                                   # vocabulary, positions
+    tok, pos, prev = slice(0, V), slice(V, V + n), slice(V + n, 2 * V + n)
+    cfg = ModelConfig(n_layers=2, d_model=2 * V + n, n_heads=1, d_head=n, d_vocab=V, n_ctx=n, positional="shortformer")
+    model = Transformer(cfg).double()
+    big = 40.0
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+        model.embed.W_E[:, tok] = torch.eye(V)
+        model.pos_embed.W_pos[:, pos] = torch.eye(n)
+        a, b = model.blocks[0].attn, model.blocks[1].attn
+        a.W_Q[0, pos, :] = big * torch.eye(n)                    # query at p asks for p − 1 …
+        a.W_K[0, pos, :] = torch.eye(n).roll(1, dims=1)           # … key at p' answers as p' + 1
+        a.W_V[0, tok, :V] = torch.eye(V)                          # move the token …
+        a.W_O[0, :V, prev] = torch.eye(V)                         # … into the "previous token" subspace
+        b.W_Q[0, tok, :V] = big * torch.eye(V)                    # query: my current token
+        b.W_K[0, prev, :V] = torch.eye(V)                         # key: my previous token
+        b.W_V[0, tok, :V] = torch.eye(V)
+        b.W_O[0, :V, tok] = torch.eye(V)
+    tokens = torch.stack([torch.randperm(V - 2)[:7] + 2 for _ in range(8)])            # distinct tokens per row
+    tokens = torch.cat([torch.zeros(8, 1, dtype=torch.long), tokens, tokens], dim=1)  # <bos>, segment, segment
+    _, cache = model.run_with_cache(tokens)
+    patterns = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"] for l in range(2)])
+    assert induction.previous_token_scores(patterns)[0, 0] > 0.99
+    assert induction.induction_scores(patterns, tokens, 7)[1, 0] > 0.99
+    scores = {mode: circuits.composition_scores(model, mode)[0, 0, 1, 0].item() for mode in "QKV"}
+    # Two aligned identity maps of rank V: ‖I_V I_V‖ / (‖I_V‖ ‖I_V‖) = 1/√V, the most a writer with V equal
+    # singular values can score (‖AB‖_F ≤ ‖A‖_2 ‖B‖_F and ‖A‖_2 = ‖A‖_F / √V).
+    assert scores["K"] == pytest.approx(V**-0.5) and scores["Q"] == 0 and scores["V"] == 0

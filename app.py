@@ -18,6 +18,7 @@ PAGES = [
     st.Page("pages/patterns.py", title="Patterns and messages", icon=":material/grid_on:", url_path="patterns"),
     st.Page("pages/residual.py", title="The residual stream", icon=":material/stacked_line_chart:", url_path="residual"),
     st.Page("pages/circuits.py", title="Circuits", icon=":material/account_tree:", url_path="circuits"),
+    st.Page("pages/lstm.py", title="The LSTM analogy", icon=":material/memory_alt:", url_path="lstm"),
     st.Page("pages/train.py", title="Train a model", icon=":material/model_training:", url_path="train"),
 ]
 
@@ -76,7 +77,7 @@ def describe_choice() -> str:
 
 def model_picker() -> None:
     """Zoo models, a random model from sizes, and this session's trained or uploaded models."""
-    shipped = [name for name in zoo.names() if zoo.path(name).exists()]
+    shipped = [name for name in zoo.names() if zoo.path(name).exists() and isinstance(zoo.RECIPES[name].cfg, ModelConfig)]
     session = st.session_state.setdefault("session_models", {})
     options = shipped + ["random"] + list(session)
     if "select_model" in st.session_state:

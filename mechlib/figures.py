@@ -6,7 +6,8 @@ from plotly.colors import qualitative
 
 __all__ = ["head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "training_curves",
            "pattern_heatmap", "singular_values", "source_bars", "component_bars", "depth_heatmap", "overlap_heatmap",
-           "token_heatmap", "eigenvalues_plot", "composition_heatmap", "patterns_grid"]
+           "token_heatmap", "eigenvalues_plot", "composition_heatmap", "patterns_grid", "time_heatmap", "histogram",
+           "loss_curves"]
 
 FONT = {"size": 14}
 
@@ -219,3 +220,36 @@ def patterns_grid(patterns: np.ndarray, title: str) -> go.Figure:
             fig.update_yaxes(autorange="reversed", showticklabels=False, row=l + 1, col=h + 1)
             fig.update_xaxes(showticklabels=False, row=l + 1, col=h + 1)
     return _layout(fig, title, 260 * layers + 80)
+
+
+def time_heatmap(matrix: np.ndarray, labels: list[str], title: str, value: str, scale: str = "signed") -> go.Figure:
+    """A [dimension, position] matrix over time, hover naming the token at each position. ``scale``:
+    "signed" (diverging around 0), "gate" (0 to 1) or "size" (0 to the largest value)."""
+    ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
+    colours = {"signed": {"colorscale": "RdBu", "zmid": 0}, "gate": {"colorscale": "Viridis", "zmin": 0, "zmax": 1},
+               "size": {"colorscale": "Viridis", "zmin": 0}}[scale]
+    fig = go.Figure(go.Heatmap(z=matrix, x=ticks, colorbar={"title": value}, **colours,
+                               hovertemplate="position %{x}<br>dimension %{y}<br>" + value + " %{z:.3f}<extra></extra>"))
+    fig.update_xaxes(title="position: token", tickangle=-60, tickfont={"size": 10})
+    fig.update_yaxes(title="dimension")
+    return _layout(fig, title, 420)
+
+
+def histogram(values: np.ndarray, title: str, axis: str) -> go.Figure:
+    fig = go.Figure(go.Histogram(x=values, nbinsx=40, marker_color="#636EFA", hovertemplate=axis + " %{x}<br>count %{y}<extra></extra>"))
+    fig.update_xaxes(title=axis)
+    fig.update_yaxes(title="count")
+    return _layout(fig, title, 360)
+
+
+def loss_curves(losses: dict[str, np.ndarray], labels: list[str], split: int) -> go.Figure:
+    """Loss (nats) at each position for several models, the start of the repeat marked."""
+    fig = go.Figure()
+    for i, (name, values) in enumerate(losses.items()):
+        fig.add_trace(go.Scatter(x=list(range(1, len(values) + 1)), y=values, mode="lines+markers", name=name,
+                                 line={"color": head_colour(i)}, text=labels[1:],
+                                 hovertemplate=name + "<br>predicting position %{x} ('%{text}')<br>loss %{y:.2f} nats<extra></extra>"))
+    fig.add_vline(x=split, line_dash="dash", annotation_text="the repeat starts")
+    fig.update_xaxes(title="position predicted")
+    fig.update_yaxes(title="loss (nats per token)")
+    return _layout(fig, "Loss at each position of a repeated random sequence", 400)

@@ -8,10 +8,11 @@ copy (position q − L + 1) and copies it; a previous-token head attends to q �
 import torch
 from torch import Tensor
 
+from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
 __all__ = ["EVAL_LENGTH", "eval_length", "repeated_sequences", "previous_token_scores", "induction_scores",
-           "duplicate_token_scores", "second_half_loss", "mean_ablation", "head_scores", "in_context_learning_score",
+           "duplicate_token_scores", "second_half_loss", "loss_by_position", "mean_ablation", "head_scores", "in_context_learning_score",
            "evaluate"]
 
 EVAL_LENGTH = 20  # scored at this segment length; training sequences avoid it
@@ -104,10 +105,20 @@ def in_context_learning_score(model: Transformer, tokens: Tensor) -> float:
 
 
 @torch.inference_mode()
+def loss_by_position(model: Transformer | LSTM, tokens: Tensor) -> Tensor:
+    """Mean next-token loss (nats) at each position, [pos − 1]: position p predicts token p + 1."""
+    logits = model(tokens.to(next(model.parameters()).device)).cpu()
+    return -logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None])[..., 0].mean(0)
+
+
+@torch.inference_mode()
 def evaluate(model: Transformer, batch: int = 32, seed: int = 1234) -> dict[str, float]:
-    """Loss on the second repeat, and the best induction and previous-token scores over all heads."""
+    """Loss on the second repeat, and the best induction and previous-token scores over all heads
+    (an LSTM has no heads: only the loss)."""
     length = eval_length(model.cfg.n_ctx)
     tokens = repeated_sequences(model.cfg.d_vocab, length, batch, seed)
+    if isinstance(model, LSTM):
+        return {"repeat_loss": float(second_half_loss(model(tokens.to(model.W_E.device)).cpu(), tokens, length))}
     logits, cache = model.run_with_cache(tokens)
     logits, tokens = logits.cpu(), tokens
     out = {"repeat_loss": float(second_half_loss(logits, tokens, length))}

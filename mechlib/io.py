@@ -18,7 +18,10 @@ from safetensors.torch import save as st_save
 from mechlib.config import ModelConfig
 from mechlib.data import Tokenizer, tokenizer_from_json
 from mechlib.device import BudgetError
+from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
+
+ARCHITECTURES = {"transformer": (Transformer, ModelConfig, "embed.W_E"), "lstm": (LSTM, LSTMConfig, "W_E")}
 
 __all__ = ["CheckpointError", "save", "to_bytes", "write_atomic", "load", "MAX_BYTES", "FORMAT"]
 
@@ -32,16 +35,17 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message says why and what to do."""
 
 
-def to_bytes(model: Transformer) -> bytes:
-    """The model as safetensors bytes: weights, config and (when it has one) tokenizer."""
+def to_bytes(model: Transformer | LSTM) -> bytes:
+    """The model as safetensors bytes: weights, architecture, config and (when it has one) tokenizer."""
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    metadata = {"format": FORMAT, "config": model.cfg.to_json()}
+    architecture = "lstm" if isinstance(model, LSTM) else "transformer"
+    metadata = {"format": FORMAT, "architecture": architecture, "config": model.cfg.to_json()}
     if getattr(model, "tokenizer", None) is not None:
         metadata["tokenizer"] = model.tokenizer.to_json()
     return st_save(tensors, metadata=metadata)
 
 
-def save(model: Transformer, path: str | Path) -> None:
+def save(model: Transformer | LSTM, path: str | Path) -> None:
     """Write ``model`` to ``path`` atomically (a temporary file, then a rename)."""
     write_atomic(Path(path), to_bytes(model))
 
@@ -61,7 +65,7 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.unlink(tmp)
 
 
-def load(source: str | Path | bytes) -> Transformer:
+def load(source: str | Path | bytes) -> Transformer | LSTM:
     """A model from a checkpoint's path or bytes, after checking header, config, keys, shapes,
     dtypes and finiteness. Raises ``CheckpointError``."""
     if isinstance(source, bytes):
@@ -74,7 +78,11 @@ def load(source: str | Path | bytes) -> Transformer:
             raise CheckpointError(f"the file is {path.stat().st_size / 1e6:.1f} MB; checkpoints may be at most {MAX_BYTES / 1e6:.0f} MB")
         data = path.read_bytes()
     metadata = _read_header(data)
-    cfg = _read_config(metadata)
+    architecture = metadata.get("architecture", "transformer")
+    if architecture not in ARCHITECTURES:
+        raise CheckpointError(f"the checkpoint's architecture {architecture!r} is not one this app knows")
+    build, config_class, reference = ARCHITECTURES[architecture]
+    cfg = _read_config(metadata, config_class)
     tokenizer = _read_tokenizer(metadata, cfg)
     try:
         tensors = st_load(data)
@@ -82,11 +90,11 @@ def load(source: str | Path | bytes) -> Transformer:
         raise CheckpointError(f"the file is damaged and cannot be read as safetensors ({error})") from None
     try:
         with torch.device("meta"):
-            expected = Transformer(cfg).state_dict()
+            expected = build(cfg).state_dict()
     except BudgetError as error:
         raise CheckpointError(f"the checkpoint's model is too large for this server: {error}") from None
-    _check_tensors(tensors, expected, cfg)
-    model = Transformer(cfg).to(tensors["embed.W_E"].dtype)
+    _check_tensors(tensors, expected, reference)
+    model = build(cfg).to(tensors[reference].dtype)
     model.load_state_dict(tensors)
     model.tokenizer = tokenizer
     return model
@@ -117,19 +125,19 @@ def _read_header(data: bytes) -> dict[str, str]:
     return metadata
 
 
-def _read_config(metadata: dict[str, str]) -> ModelConfig:
+def _read_config(metadata: dict[str, str], config_class: type) -> ModelConfig | LSTMConfig:
     if metadata.get("format") != FORMAT or "config" not in metadata:
         raise CheckpointError("the file is safetensors but was not saved by Addition Machines (no model config in its "
                               "metadata); save it with mechlib.io.save")
     try:
-        return ModelConfig.from_json(metadata["config"])
+        return config_class.from_json(metadata["config"])
     except RecursionError:
         raise CheckpointError("the checkpoint's model config is not a flat JSON object") from None
     except (ValueError, TypeError) as error:
         raise CheckpointError(f"the checkpoint's model config is invalid: {error}") from None
 
 
-def _read_tokenizer(metadata: dict[str, str], cfg: ModelConfig) -> Tokenizer | None:
+def _read_tokenizer(metadata: dict[str, str], cfg: ModelConfig | LSTMConfig) -> Tokenizer | None:
     if "tokenizer" not in metadata:
         return None
     try:
@@ -141,15 +149,15 @@ def _read_tokenizer(metadata: dict[str, str], cfg: ModelConfig) -> Tokenizer | N
     return tokenizer
 
 
-def _check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], cfg: ModelConfig) -> None:
+def _check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], reference: str) -> None:
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing:
         raise CheckpointError(f"the checkpoint lacks {len(missing)} weight(s) its config needs: {', '.join(missing[:5])}")
     if unexpected:
         raise CheckpointError(f"the checkpoint has {len(unexpected)} weight(s) its config does not use: {', '.join(unexpected[:5])}")
-    float_dtype = tensors["embed.W_E"].dtype
+    float_dtype = tensors[reference].dtype
     if float_dtype not in FLOAT_DTYPES:
-        raise CheckpointError(f"weights must be float32 or float64, embed.W_E is {float_dtype}")
+        raise CheckpointError(f"weights must be float32 or float64, {reference} is {float_dtype}")
     for name, want in expected.items():
         got = tensors[name]
         if tuple(got.shape) != tuple(want.shape):

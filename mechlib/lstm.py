@@ -6,6 +6,8 @@ weights use ``torch.nn.LSTM``'s names, shapes and gate order (input, forget, cel
 ``model.rnn.load_state_dict(torch_lstm.state_dict())`` moves weights between the two.
 """
 
+import dataclasses
+import json
 from dataclasses import dataclass
 
 import torch
@@ -22,13 +24,40 @@ class LSTMConfig:
     d_model: int     # embedding size
     d_hidden: int    # cell and hidden state size
     n_layers: int = 1
+    n_ctx: int = 64  # the training window (the LSTM itself reads any length)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("d_vocab", "d_model", "d_hidden", "n_layers"):
+        for name in ("d_vocab", "d_model", "d_hidden", "n_layers", "n_ctx"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (2 if name == "d_vocab" else 1):
                 raise ValueError(f"{name}={value!r} must be a whole number ≥ {2 if name == 'd_vocab' else 1}")
+        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed={self.seed!r} must be a whole number from 0 to 2**63 − 1")
+
+    def n_params(self) -> int:
+        H, recurrent = self.d_hidden, 0
+        for k in range(self.n_layers):
+            recurrent += 4 * H * ((self.d_model if k == 0 else H) + H + 2)
+        return self.d_vocab * self.d_model + recurrent + H * self.d_vocab + self.d_vocab
+
+    def estimate_mb(self, batch: int, bytes_per_number: int = 4) -> float:
+        """Weights plus one batch's gates, states and logits over the training window, in MB."""
+        per_step = 6 * self.d_hidden * self.n_layers + self.d_model + self.d_vocab
+        return (self.n_params() + batch * self.n_ctx * per_step) * bytes_per_number / 1e6
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "LSTMConfig":
+        fields = json.loads(text)
+        if not isinstance(fields, dict):
+            raise ValueError("the config is not a JSON object")
+        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"the config has unknown fields: {', '.join(sorted(unknown))}")
+        return cls(**fields)
 
 
 class Recurrence(nn.Module):
@@ -50,6 +79,8 @@ class LSTM(nn.Module):
     def __init__(self, cfg: LSTMConfig):
         super().__init__()
         self.cfg = cfg
+        self.tokenizer = None  # a mechlib.data.Tokenizer for models trained on text; saved with the model
+        self.read_only = False
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
         self.rnn = Recurrence(cfg)
         self.W_U = nn.Parameter(torch.empty(cfg.d_hidden, cfg.d_vocab))
@@ -61,6 +92,11 @@ class LSTM(nn.Module):
             for param in self.rnn.parameters():
                 param.uniform_(-bound, bound, generator=generator)
             self.W_U.normal_(0.0, cfg.d_hidden**-0.5, generator=generator)
+
+    def train(self, mode: bool = True) -> "LSTM":
+        if mode and self.read_only:
+            raise RuntimeError("this model is shared read-only between sessions, so .train() is refused; work on a copy")
+        return super().train(mode)
 
     def forward(self, tokens: Tensor, states: dict[str, Tensor] | None = None) -> Tensor:
         """tokens [batch pos] -> logits [batch pos d_vocab]. With ``states``, it receives per layer

@@ -4,6 +4,7 @@
 ``cfg.seed``, the batches from ``seed``. ``python -m mechlib.train NAME`` rebuilds a zoo model.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -22,6 +23,7 @@ from mechlib import induction, io, zoo
 from mechlib.config import ModelConfig
 from mechlib.data import Data, TextData, Tokenizer, bigram_distribution, builtin_text, training_data
 from mechlib.device import DEVICE, require_budget
+from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
 __all__ = ["Progress", "TrainResult", "train", "estimate_mb", "TrainingQueue", "QUEUE"]
@@ -50,7 +52,7 @@ def learning_rate(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train(cfg: ModelConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,
+def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,
           warmup: int = 50, weight_decay: float = 0.01, clip: float = 1.0, eval_every: int = 50,
           on_progress: Callable[[Progress], None] | None = None, on_step: Callable[[int], None] | None = None,
           checkpoint_every: int | None = None,
@@ -65,7 +67,7 @@ def train(cfg: ModelConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_s
     if steps < 1:
         raise ValueError(f"steps={steps}: train for at least one step")
     require_budget(estimate_mb(cfg, batch_size), f"training a model of {cfg.n_params():,} parameters")
-    model = Transformer(cfg).to(DEVICE)
+    model = (LSTM if isinstance(cfg, LSTMConfig) else Transformer)(cfg).to(DEVICE)
     model.tokenizer = tokenizer
     generator = torch.Generator().manual_seed(seed)
     decay = [p for n, p in model.named_parameters() if n.rsplit(".", 1)[-1].startswith("W_")]
@@ -103,7 +105,7 @@ def train(cfg: ModelConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_s
     return result
 
 
-def estimate_mb(cfg: ModelConfig, batch_size: int) -> float:
+def estimate_mb(cfg: ModelConfig | LSTMConfig, batch_size: int) -> float:
     """Training memory in MB: weights, gradients and AdamW's two moments (4 × the weights), plus the
     activations of one batch about three times (kept for the backward pass, and their gradients)."""
     weights = cfg.n_params() * 4 / 1e6
@@ -198,7 +200,7 @@ def rebuild(name: str) -> TrainResult:
     """Train zoo model ``name`` from scratch, deterministically, and write it (and its snapshots)."""
     recipe = zoo.RECIPES[name]
     tokenizer, data = training_data(recipe.source, recipe.cfg.n_ctx, recipe.repeats, random_share=recipe.random_share)
-    cfg = ModelConfig(**{**recipe.cfg.__dict__, "d_vocab": tokenizer.d_vocab})
+    cfg = dataclasses.replace(recipe.cfg, d_vocab=tokenizer.d_vocab)
     every = recipe.steps // recipe.snapshots if recipe.snapshots else None
 
     def report(progress: Progress) -> None:
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     model = result.model.eval()
     print(f"\n{name}: {model.cfg.n_params():,} parameters, {zoo.path(name).stat().st_size / 1e6:.2f} MB")
     print(f"held-out loss {heldout_loss(model):.3f} nats/token")
-    if model.cfg.n_layers == 0:
+    if isinstance(model, Transformer) and model.cfg.n_layers == 0:
         kl, entropy = bigram_kl(model)
         print(f"KL(corpus bigrams ‖ model) {kl:.3f} nats; corpus bigram entropy {entropy:.3f} nats")
     else:

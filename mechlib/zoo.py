@@ -17,6 +17,7 @@ from pathlib import Path
 from mechlib import data, io
 from mechlib.config import ModelConfig
 from mechlib.device import DEVICE
+from mechlib.lstm import LSTMConfig
 from mechlib.model import Transformer
 
 __all__ = ["random_model", "from_checkpoint", "LIMITS", "Recipe", "RECIPES", "names", "load",
@@ -84,7 +85,7 @@ CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 class Recipe:
     """How a zoo model is made: its config, its data (``mechlib.data.training_data``), the optimiser's settings."""
 
-    cfg: ModelConfig
+    cfg: ModelConfig | LSTMConfig
     source: str               # "words" or "chars" (the built-in text)
     repeats: float            # share of sequences with a copied segment (0: plain text)
     steps: int
@@ -114,6 +115,11 @@ RECIPES: dict[str, Recipe] = {
         "chars", 1.0, random_share=0.8, weight_decay=0.0, steps=6000, lr=3e-3, snapshots=20,
         description="two attention layers, 4 heads each: a previous-token head and an induction head "
                     "(characters: built-in text with repeated spans, mixed with repeated random characters)"),
+    # The same data as attn-only-2l and a similar size (168,265 parameters against 165,225), for the LSTM analogy.
+    "lstm": Recipe(
+        LSTMConfig(d_vocab=105, d_model=64, d_hidden=160, n_ctx=48),
+        "chars", 1.0, random_share=0.8, weight_decay=0.0, steps=3000, lr=3e-3,
+        description="an LSTM (one layer, 160 cells) on attn-only-2l's data, for comparing state-updating machines"),
     "gelu-2l": Recipe(
         ModelConfig(n_layers=2, d_model=128, n_heads=4, d_vocab=data.WORD_VOCAB, n_ctx=64, d_mlp=512, normalization="LN"),
         "words", 0.0, steps=800, lr=3e-3,

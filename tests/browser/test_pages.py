@@ -147,3 +147,19 @@ def test_circuits_page_sections_load_and_draw(page, server):
     page.set_viewport_size({"width": 1400, "height": 3000})
     wait_for_app(page, charts=4)
     page.screenshot(path=str(ARTIFACTS / "circuits.png"))
+
+
+def test_lstm_page_loads_draws_and_reacts(page, server):
+    page.goto(f"{server}/lstm")
+    wait_for_app(page, charts=9)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert "The test that separates them" in page.inner_text("body")
+    thumb = page.get_by_role("slider", name="segment length for the test")
+    thumb.focus()
+    thumb.press("End")
+    page.wait_for_function("() => new URL(location.href).searchParams.get('l_test') === '23'", timeout=30_000)
+    wait_for_app(page, charts=9)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.set_viewport_size({"width": 1400, "height": 4600})
+    wait_for_app(page, charts=9)
+    page.screenshot(path=str(ARTIFACTS / "lstm.png"))

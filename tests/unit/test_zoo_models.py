@@ -55,3 +55,11 @@ def test_two_layer_training_snapshots_and_history_replay_the_phase_change():
     first, last = zoo.load_snapshot("attn-only-2l", steps[0]), zoo.load_snapshot("attn-only-2l", steps[-1])
     assert induction.evaluate(first)["induction"] < 0.3 <= 0.9 <= induction.evaluate(last)["induction"]
     assert last.tokenizer is not None
+
+
+def test_the_lstm_cannot_copy_a_random_segment_that_the_transformer_can():
+    """The separating test: second-repeat loss at a segment length neither model trained on."""
+    tokens = induction.repeated_sequences(105, induction.EVAL_LENGTH, 16, seed=11)
+    losses = {name: induction.loss_by_position(zoo.load(name), tokens)[induction.EVAL_LENGTH + 1:].mean().item()
+              for name in ("attn-only-2l", "lstm")}
+    assert losses["attn-only-2l"] < 0.5 and losses["lstm"] > 4.0  # nats; ln(103) ≈ 4.63 is a guess

@@ -6,8 +6,9 @@ Field names follow TransformerLens's ``HookedTransformerConfig`` so a config rea
 import dataclasses
 import json
 from dataclasses import dataclass
+from typing import Self
 
-__all__ = ["ModelConfig", "divisors"]
+__all__ = ["JsonConfig", "ModelConfig", "divisors"]
 
 NORMALIZATIONS = ("LN", None)
 POSITIONALS = ("standard", "shortformer")
@@ -20,8 +21,25 @@ def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
+class JsonConfig:
+    """A config dataclass written to and read from JSON (a checkpoint's metadata), unknown fields refused."""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        fields = json.loads(text)
+        if not isinstance(fields, dict):
+            raise ValueError("the config is not a JSON object")
+        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"the config has unknown fields: {', '.join(sorted(unknown))}")
+        return cls(**fields)
+
+
 @dataclass(frozen=True, kw_only=True)
-class ModelConfig:
+class ModelConfig(JsonConfig):
     """Sizes and switches of a transformer (TransformerLens names).
 
     ``d_head`` defaults to ``d_model // n_heads``; ``d_mlp=None`` means attention-only;
@@ -92,16 +110,3 @@ class ModelConfig:
         activations = 2 * b * p * d + self.n_layers * per_layer + b * p * self.d_vocab
         masks = self.n_layers * p * p             # the causal-mask buffers (one byte each)
         return ((self.n_params() + activations) * bytes_per_number + masks) / 1e6
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> "ModelConfig":
-        fields = json.loads(text)
-        if not isinstance(fields, dict):
-            raise ValueError("the config is not a JSON object")
-        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"the config has unknown fields: {', '.join(sorted(unknown))}")
-        return cls(**fields)

@@ -6,12 +6,12 @@ weights use ``torch.nn.LSTM``'s names, shapes and gate order (input, forget, cel
 ``model.rnn.load_state_dict(torch_lstm.state_dict())`` moves weights between the two.
 """
 
-import dataclasses
-import json
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+
+from mechlib.config import JsonConfig
 
 __all__ = ["LSTMConfig", "LSTM", "cell_contributions"]
 
@@ -19,7 +19,7 @@ GATES = ("input", "forget", "candidate", "output")  # torch.nn.LSTM's order: i, 
 
 
 @dataclass(frozen=True, kw_only=True)
-class LSTMConfig:
+class LSTMConfig(JsonConfig):
     d_vocab: int
     d_model: int     # embedding size
     d_hidden: int    # cell and hidden state size
@@ -45,19 +45,6 @@ class LSTMConfig:
         """Weights plus one batch's gates, states and logits over the training window, in MB."""
         per_step = 6 * self.d_hidden * self.n_layers + self.d_model + self.d_vocab
         return (self.n_params() + batch * self.n_ctx * per_step) * bytes_per_number / 1e6
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> "LSTMConfig":
-        fields = json.loads(text)
-        if not isinstance(fields, dict):
-            raise ValueError("the config is not a JSON object")
-        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"the config has unknown fields: {', '.join(sorted(unknown))}")
-        return cls(**fields)
 
 
 class Recurrence(nn.Module):

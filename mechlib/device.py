@@ -6,10 +6,13 @@ and torch's intra-op thread count is set once (``MECHLIB_THREADS``, default: all
 """
 
 import os
+import statistics
+import time
+from collections.abc import Callable
 
 import torch
 
-__all__ = ["DEVICE", "BudgetError", "budget_mb", "require_budget", "device_label"]
+__all__ = ["DEVICE", "BudgetError", "budget_mb", "require_budget", "device_label", "median_ms"]
 
 
 def _pick_device() -> torch.device:
@@ -53,3 +56,17 @@ def device_label() -> str:
     if DEVICE.type == "cuda":
         return f"GPU: {torch.cuda.get_device_name(DEVICE)}"
     return f"CPU ({torch.get_num_threads()} threads)"
+
+
+def median_ms(fn: Callable[[], object], repeats: int = 5) -> float:
+    """The median wall time of ``fn`` over ``repeats`` runs, in ms; on a GPU, waiting for its work to finish."""
+    times = []
+    for _ in range(repeats):
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)

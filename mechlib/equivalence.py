@@ -6,7 +6,6 @@ r mod d_head of head r // d_head's block. So concat(z_1 … z_H) @ W_O = Σ_h z_
 returns plain values (numbers, numpy arrays) that a cache can keep.
 """
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +13,7 @@ import torch
 
 from mechlib import attention
 from mechlib.config import ModelConfig
-from mechlib.device import DEVICE, budget_mb, require_budget
+from mechlib.device import DEVICE, budget_mb, median_ms, require_budget
 
 __all__ = ["SEED_SIZES", "TOLERANCE", "Check", "EquivalenceResult", "steps", "estimate_mb", "lookup_mb", "run", "wo_row_owner"]
 
@@ -99,19 +98,6 @@ def wo_row_owner(row: int, d_head: int) -> tuple[int, int]:
     return row // d_head, row % d_head
 
 
-def _median_ms(fn, repeats: int = 5) -> float:
-    times = []
-    for _ in range(repeats):
-        if DEVICE.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if DEVICE.type == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
-
-
 def _readings(x: torch.Tensor, W_Q, W_K, W_V, W_O, dtype: torch.dtype):
     """z, W_O, concat-then-project [batch pos d_model] and per-head results [batch pos head d_model] in dtype."""
     x = x.to(DEVICE, dtype)                                        # [batch pos d_model]
@@ -157,8 +143,8 @@ def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: in
         z, Wo, concat, per_head = _readings(W_E[tokens] + W_pos, W_Q, W_K, W_V, W_O, DTYPES[name])
         checks[name] = compare(per_head.sum(-2), concat, TOLERANCE[name])
 
-    time_ms = {"concat_then_project": _median_ms(lambda: attention.concat_then_project(z, Wo)),
-               "per_head_then_sum": _median_ms(lambda: attention.per_head_results(z, Wo).sum(-2))}
+    time_ms = {"concat_then_project": median_ms(lambda: attention.concat_then_project(z, Wo)),
+               "per_head_then_sum": median_ms(lambda: attention.per_head_results(z, Wo).sum(-2))}
     at = per_head[0, position]                                     # [head d_model]
     W_O_concat = W_O.reshape(H * L, D)                             # [(head d_head) d_model]
     return EquivalenceResult(

@@ -11,7 +11,8 @@ from torch import Tensor
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
-__all__ = ["EVAL_LENGTH", "eval_length", "repeated_sequences", "previous_token_scores", "induction_scores",
+__all__ = ["EVAL_LENGTH", "eval_length", "repeated_sequences", "stacked_patterns", "previous_token_scores",
+           "induction_scores",
            "duplicate_token_scores", "second_half_loss", "loss_by_position", "mean_ablation", "head_scores", "in_context_learning_score",
            "evaluate"]
 
@@ -35,21 +36,31 @@ def previous_token_scores(patterns: Tensor) -> Tensor:
     return patterns.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, 3))
 
 
-def induction_scores(patterns: Tensor, tokens: Tensor, length: int) -> Tensor:
-    """Mean attention from each second-repeat token to the token after its earlier copy: [layer head].
+def stacked_patterns(cache: dict[str, Tensor], n_layers: int) -> Tensor:
+    """Every layer's cached attention patterns, on the CPU: [layer batch head query_pos key_pos]."""
+    return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"].cpu() for layer in range(n_layers)])
 
-    Only valid pairs count: a query whose token occurs exactly once before it, so its earlier copy is
-    unambiguous and a perfect induction head scores 1.0.
-    """
+
+def _attention_from_second_repeat(patterns: Tensor, tokens: Tensor, length: int, shift: int) -> Tensor:
+    """Mean attention from each second-repeat token q to position q − L + shift, over valid pairs only:
+    queries whose token occurs exactly once before them, so the earlier copy is unambiguous. [layer head]"""
     queries = torch.arange(length + 1, 2 * length + 1)                            # [q]
     earlier = (tokens[:, None, :] == tokens[:, queries, None]) & (
         torch.arange(tokens.shape[1])[None, None, :] < queries[None, :, None])    # [batch q k]
     valid = earlier.sum(-1) == 1                                                  # [batch q]
     if not valid.any():
         raise ValueError("no second-repeat token has a unique earlier copy; use a larger vocabulary or batch")
-    weights = patterns[..., queries, queries - length + 1]                       # [layer batch head q]
-    weights = weights * valid[None, :, None, :]
+    weights = patterns[..., queries, queries - length + shift] * valid[None, :, None, :]  # [layer batch head q]
     return weights.sum(dim=(1, 3)) / valid.sum()
+
+
+def induction_scores(patterns: Tensor, tokens: Tensor, length: int) -> Tensor:
+    """Mean attention from each second-repeat token to the token after its earlier copy: [layer head].
+
+    Only valid pairs count: a query whose token occurs exactly once before it, so its earlier copy is
+    unambiguous and a perfect induction head scores 1.0.
+    """
+    return _attention_from_second_repeat(patterns, tokens, length, shift=1)
 
 
 def second_half_loss(logits: Tensor, tokens: Tensor, length: int) -> Tensor:
@@ -63,14 +74,7 @@ def second_half_loss(logits: Tensor, tokens: Tensor, length: int) -> Tensor:
 def duplicate_token_scores(patterns: Tensor, tokens: Tensor, length: int) -> Tensor:
     """Mean attention from each second-repeat token to its own earlier copy (position q − L): [layer head].
     Valid pairs only, as for the induction score."""
-    queries = torch.arange(length + 1, 2 * length + 1)
-    earlier = (tokens[:, None, :] == tokens[:, queries, None]) & (
-        torch.arange(tokens.shape[1])[None, None, :] < queries[None, :, None])
-    valid = earlier.sum(-1) == 1
-    if not valid.any():
-        raise ValueError("no second-repeat token has a unique earlier copy; use a larger vocabulary or batch")
-    weights = patterns[..., queries, queries - length] * valid[None, :, None, :]
-    return weights.sum(dim=(1, 3)) / valid.sum()
+    return _attention_from_second_repeat(patterns, tokens, length, shift=0)
 
 
 @torch.inference_mode()
@@ -88,7 +92,7 @@ def head_scores(model: Transformer, batch: int = 32, seed: int = 1234,
     length = eval_length(model.cfg.n_ctx)
     tokens = repeated_sequences(model.cfg.d_vocab, length, batch, seed)
     _, cache = model.run_with_cache(tokens, ablate)
-    patterns = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"].cpu() for l in range(model.cfg.n_layers)])
+    patterns = stacked_patterns(cache, model.cfg.n_layers)
     return {"prev_token": previous_token_scores(patterns), "duplicate_token": duplicate_token_scores(patterns, tokens, length),
             "induction": induction_scores(patterns, tokens, length)}
 
@@ -98,10 +102,9 @@ def in_context_learning_score(model: Transformer, tokens: Tensor) -> float:
     """Loss late in the context minus loss early (nats), as in Olsson et al. (500th − 50th token), scaled to
     this context: the last predicted position against the one a tenth of the way in. Negative: later
     tokens are predicted better, thanks to the context."""
-    logits = model(tokens)                                                    # [batch pos d_vocab]
-    losses = -logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None].to(logits.device))[..., 0]  # [batch pos-1]
+    losses = loss_by_position(model, tokens)                                   # [pos − 1]
     early = max(1, round(0.1 * (tokens.shape[1] - 1)))
-    return float(losses[:, -1].mean() - losses[:, early - 1].mean())
+    return float(losses[-1] - losses[early - 1])
 
 
 @torch.inference_mode()
@@ -120,10 +123,9 @@ def evaluate(model: Transformer, batch: int = 32, seed: int = 1234) -> dict[str,
     if isinstance(model, LSTM):
         return {"repeat_loss": float(second_half_loss(model(tokens.to(model.W_E.device)).cpu(), tokens, length))}
     logits, cache = model.run_with_cache(tokens)
-    logits, tokens = logits.cpu(), tokens
-    out = {"repeat_loss": float(second_half_loss(logits, tokens, length))}
+    out = {"repeat_loss": float(second_half_loss(logits.cpu(), tokens, length))}
     if model.cfg.n_layers:
-        patterns = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"].cpu() for l in range(model.cfg.n_layers)])
+        patterns = stacked_patterns(cache, model.cfg.n_layers)
         out["induction"] = float(induction_scores(patterns, tokens, length).max())
         out["prev_token"] = float(previous_token_scores(patterns).max())
     return out

@@ -5,7 +5,6 @@ W_QK = W_Q W_Kᵀ decides where the head looks (the pattern A); W_OV = W_V W_O d
 matter: W_Q R, W_K R⁻ᵀ (or W_V R, R⁻¹ W_O) give the same head for any invertible R.
 """
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +12,7 @@ import torch
 from torch import Tensor
 
 from mechlib import attention
+from mechlib.device import median_ms
 from mechlib.equivalence import Check, compare
 from mechlib.model import Cache, Transformer
 
@@ -35,15 +35,6 @@ class Regrouping:
     time_ms: dict[str, float]     # median of 5 runs each
 
 
-def _median_ms(fn) -> float:
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
-
-
 @torch.inference_mode()
 def regrouping(model: Transformer, cache: Cache, layer: int, head: int, tolerance: float) -> Regrouping:
     """One head on sequence 0 computed as ((A V) W_O) and as (A (V W_O)); the same by associativity."""
@@ -54,7 +45,7 @@ def regrouping(model: Transformer, cache: Cache, layer: int, head: int, toleranc
     return Regrouping(
         check=compare((A @ V) @ W_O, A @ (V @ W_O), tolerance),
         macs={"((QKᵀ)V)O": n * n * d_head + n * d_head * d_model, "(QKᵀ)(VO)": n * d_head * d_model + n * n * d_model},
-        time_ms={"((QKᵀ)V)O": _median_ms(lambda: (A @ V) @ W_O), "(QKᵀ)(VO)": _median_ms(lambda: A @ (V @ W_O))},
+        time_ms={"((QKᵀ)V)O": median_ms(lambda: (A @ V) @ W_O), "(QKᵀ)(VO)": median_ms(lambda: A @ (V @ W_O))},
     )
 
 

@@ -94,7 +94,7 @@ def two_layers(version: str, key: tuple, _model, seed: int) -> dict:
     with torch.inference_mode():
         virtual = [(score, a, b, float(circuits.virtual_ov(model, (0, a), (1, b)).norm())) for score, a, b in virtual]
     return {"labels": names_of(model, tokens[0].tolist()),
-            "patterns": torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(cfg.n_layers)]).cpu().numpy(),
+            "patterns": induction.stacked_patterns(cache, cfg.n_layers)[:, 0].numpy(),
             "scores": {k: v.numpy() for k, v in scores.items()}, "ablated": {k: v.numpy() for k, v in ablated.items()},
             "prev": prev, "ind": ind, "composition": composition, "virtual": virtual, "d_model": cfg.d_model, "d_head": cfg.d_head,
             "empirical": circuits.empirical_baseline(cfg.d_model, cfg.d_head, samples=100)}
@@ -120,7 +120,7 @@ def snapshot(version: str, step: int, seed: int) -> dict:
     tokens = induction.repeated_sequences(model.cfg.d_vocab, length, 1, seed)
     _, cache = model.run_with_cache(tokens)
     return {"scores": {k: v.numpy() for k, v in scores.items()},
-            "patterns": torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(model.cfg.n_layers)]).cpu().numpy()}
+            "patterns": induction.stacked_patterns(cache, model.cfg.n_layers)[:, 0].numpy()}
 
 
 st.title("Circuits")

@@ -30,7 +30,7 @@ def side_by_side(version: str, ids: tuple[int, ...]) -> dict:
         "step_shares": (contributions @ (cell[-1] / cell[-1].norm())).numpy(), "cell_norm": cell[-1].norm().item(),
         "cell_check": compare(contributions.sum(0), cell[-1], 1e-5),
         "depth": residual.boundaries(transformer, cache)[:, 0].norm(dim=-1).numpy(),
-        "patterns": torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(2)]).numpy(),
+        "patterns": induction.stacked_patterns(cache, 2)[:, 0].numpy(),
         "messages": cache["blocks.1.attn.hook_result"][0].norm(dim=-1).T.numpy(),             # [head pos]
         "component_labels": book.labels, "component_shares": (book.terms[:, 0, -1] @ (final / final.norm())).numpy(),
         "resid_norm": final.norm().item(),

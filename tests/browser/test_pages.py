@@ -6,6 +6,15 @@ import time
 from tests.browser.conftest import ARTIFACTS, wait_for_app
 
 
+def save_whole_page(page, name: str, height: int, charts: int) -> None:
+    """A screenshot of the whole page in artifacts/NAME.png. Streamlit scrolls inside its own container,
+    so the viewport is made tall enough to show everything first."""
+    page.set_viewport_size({"width": 1400, "height": height})
+    wait_for_app(page, charts=charts)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
 def plot_text(page) -> str:
     return page.locator('[data-testid="stPlotlyChart"]').first.inner_text()
 
@@ -31,11 +40,7 @@ def test_equivalence_page_loads_draws_and_reacts(page, server):
     assert page.locator('[data-testid="stSidebar"]').get_by_text("seed").count() >= 1
     assert "row=71" in page.url
 
-    # Streamlit scrolls inside its own container, so a tall viewport shows the whole page.
-    page.set_viewport_size({"width": 1400, "height": 3400})
-    wait_for_app(page, charts=3)
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "equivalence.png"))
+    save_whole_page(page, "equivalence", height=3400, charts=3)
 
 
 def test_url_reproduces_the_screen(page, server):
@@ -59,9 +64,7 @@ def test_train_page_trains_and_shows_live_curves(page, server):
     page.get_by_text("Download as .safetensors").wait_for(timeout=30_000)
     # The trained model is now the sidebar's choice.
     assert "trained #1: 2L×2H d32 ctx 32" in page.locator('[data-testid="stSidebar"]').inner_text()
-    page.set_viewport_size({"width": 1400, "height": 2000})
-    wait_for_app(page, charts=1)
-    page.screenshot(path=str(ARTIFACTS / "train.png"))
+    save_whole_page(page, "train", height=2000, charts=1)
 
 
 def running_trainings(page, server) -> int:
@@ -113,9 +116,7 @@ def test_patterns_page_loads_draws_and_reacts(page, server):
     wait_for_app(page, charts=4)
     assert page.locator('[data-testid="stException"]').count() == 0
     assert "head=1" in page.url and page.locator('[data-testid="stPlotlyChart"]').nth(2).inner_text() != before
-    page.set_viewport_size({"width": 1400, "height": 3800})
-    wait_for_app(page, charts=4)
-    page.screenshot(path=str(ARTIFACTS / "patterns.png"))
+    save_whole_page(page, "patterns", height=3800, charts=4)
 
 
 def test_residual_page_loads_draws_and_reacts(page, server):
@@ -129,9 +130,7 @@ def test_residual_page_loads_draws_and_reacts(page, server):
     page.get_by_text("The ledger at position 13").wait_for(timeout=30_000)
     wait_for_app(page, charts=4)
     assert page.locator('[data-testid="stException"]').count() == 0
-    page.set_viewport_size({"width": 1400, "height": 4200})
-    wait_for_app(page, charts=4)
-    page.screenshot(path=str(ARTIFACTS / "residual.png"))
+    save_whole_page(page, "residual", height=4200, charts=4)
 
 
 def test_circuits_page_sections_load_and_draw(page, server):
@@ -144,9 +143,7 @@ def test_circuits_page_sections_load_and_draw(page, server):
     thumb.press("Home")
     page.get_by_text("At step 0:").wait_for(timeout=30_000)
     page.goto(f"{server}/circuits?section=two+layers")
-    page.set_viewport_size({"width": 1400, "height": 3000})
-    wait_for_app(page, charts=4)
-    page.screenshot(path=str(ARTIFACTS / "circuits.png"))
+    save_whole_page(page, "circuits", height=3000, charts=4)
 
 
 def test_lstm_page_loads_draws_and_reacts(page, server):
@@ -160,6 +157,4 @@ def test_lstm_page_loads_draws_and_reacts(page, server):
     page.wait_for_function("() => new URL(location.href).searchParams.get('l_test') === '23'", timeout=30_000)
     wait_for_app(page, charts=9)
     assert page.locator('[data-testid="stException"]').count() == 0
-    page.set_viewport_size({"width": 1400, "height": 4600})
-    wait_for_app(page, charts=9)
-    page.screenshot(path=str(ARTIFACTS / "lstm.png"))
+    save_whole_page(page, "lstm", height=4600, charts=9)

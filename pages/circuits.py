@@ -254,4 +254,5 @@ else:
     st.plotly_chart(figures.patterns_grid(snap["patterns"], f"Every head at step {step:,}"))
 
 with st.expander("Under the hood"):
-    st.code(inspect.getsource(circuits.composition_scores) + "\n" + inspect.getsource(circuits.copying_scores))
+    st.code("\n".join(inspect.getsource(f) for f in (circuits.composition_scores, circuits._squared_product_norms,
+                                                     circuits.copying_scores)))

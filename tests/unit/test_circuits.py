@@ -37,6 +37,32 @@ def test_composition_scores_equal_the_dense_definition(mode):
     assert (in_float32.double() - mine).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("mode", ["Q", "K", "V"])
+def test_composition_through_several_gram_blocks_equals_the_dense_definition(mode):
+    """d_model 300 is cut into Gram blocks of 128, 128 and 44 columns: off-diagonal blocks must count twice."""
+    model = Transformer(ModelConfig(n_layers=2, d_model=300, n_heads=3, d_vocab=10, n_ctx=4, seed=5)).double()
+    assert 2 * circuits.GRAM_BLOCK < 300 and 300 % circuits.GRAM_BLOCK
+    assert (circuits.composition_scores(model, mode) - dense_composition(model, mode)).abs().max() <= 1e-10
+
+
+def test_float32_scores_keep_their_stated_accuracy_where_the_true_score_is_zero():
+    """Layer 0 writes into one half of a random basis, layer 1's keys read the other half: K-composition is 0.
+
+    The Gram inner products cancel there (about 2e-5 in float32 and 3e-9 in float64): such scores are
+    recomputed from the product itself, so float32 keeps its 1e-6 and float64 its 1e-10 here too.
+    """
+    model = Transformer(ModelConfig(n_layers=2, d_model=256, n_heads=4, d_vocab=10, n_ctx=4, seed=1)).double()
+    basis = torch.linalg.qr(torch.randn(256, 256, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))[0]
+    written, read = basis[:, :128] @ basis[:, :128].T, basis[:, 128:] @ basis[:, 128:].T    # projections
+    with torch.no_grad():
+        model.blocks[0].attn.W_O.copy_(model.blocks[0].attn.W_O @ written)
+        model.blocks[1].attn.W_K.copy_(read @ model.blocks[1].attn.W_K)
+    exact = {mode: circuits.composition_scores(model, mode) for mode in "QKV"}
+    in_float32 = {mode: circuits.composition_scores(model.float(), mode).double() for mode in "QKV"}
+    assert exact["K"].max() <= 1e-10
+    assert max((in_float32[m] - exact[m]).abs().max() for m in "QKV") <= 1e-6
+
+
 def test_random_composition_is_about_one_over_sqrt_d_model():
     model = Transformer(ModelConfig(n_layers=2, d_model=256, n_heads=8, d_vocab=10, n_ctx=4))
     scores = circuits.composition_scores(model, "K")[0, :, 1]

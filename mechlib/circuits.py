@@ -105,8 +105,9 @@ def composition_scores(model: Transformer, mode: str) -> Tensor:
     # S: [(layer_A head_A) d_head d_model] over layers 0 … L−2; T: the same over layers 1 … L−1
     norms = _squared_product_norms(S, T).sqrt_()                                  # [(layer_A head_A) (layer_B head_B)]
     denominator = S.pow(2).sum((-1, -2)).sqrt()[:, None] * T.pow(2).sum((-1, -2)).sqrt()
-    layer_A = torch.arange(L - 1, device=S.device).repeat_interleave(H)
-    valid = (layer_A[:, None] < layer_A + 1) & (denominator > 0)
+    layer_A = torch.arange(L - 1, device=S.device).repeat_interleave(H)          # of S's rows
+    layer_B = layer_A + 1                                                         # of T's rows
+    valid = (layer_A[:, None] < layer_B) & (denominator > 0)
     cancelled = valid & (norms < torch.finfo(S.dtype).eps ** (1 / 3) * denominator)
     rows, cols = cancelled.nonzero(as_tuple=True)
     norms[rows, cols] = _product_norms(S[rows], T[cols])

@@ -11,8 +11,8 @@ from mechlib import residual
 from mechlib.factored import FactoredMatrix
 from mechlib.model import Cache, Transformer
 
-__all__ = ["qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_scores", "random_baseline",
-           "empirical_baseline", "copying_scores", "ov_eigenvalues", "path_expansion", "skip_trigrams", "virtual_ov"]
+__all__ = ["qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_scores", "composition_ceiling",
+           "random_baseline", "empirical_baseline", "copying_scores", "ov_eigenvalues", "path_expansion", "skip_trigrams", "virtual_ov"]
 
 MODES = ("Q", "K", "V")
 
@@ -83,37 +83,66 @@ READS = {"Q": lambda attn: (attn.W_K, attn.W_Q.transpose(-1, -2)),              
          "V": lambda attn: (attn.W_O.transpose(-1, -2), attn.W_V.transpose(-1, -2))}  # W_OV: values read
 
 
+def _writers_and_readers(model: Transformer, mode: str) -> tuple[Tensor, Tensor, Tensor]:
+    """S_A over layers 0 … L−2 and T_B over layers 1 … L−1, each [(layer head) d_head d_model], and which pairs count.
+
+    Through d_head-sized factors, W_OV^A acts like S_A = R_V W_O (W_V = Q_V R_V) and W^B like T_B (e.g.
+    W_Q R_Kᵀ): ‖W_OV^A W^B‖_F = ‖S_A T_Bᵀ‖_F, and each has the singular values of the matrix it stands for.
+    The mask [(layer_A head_A) (layer_B head_B)] is true where layer_A < layer_B.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}; choose 'Q', 'K' or 'V'")
+    S = torch.stack([_orthonormal_left(b.attn.W_V, b.attn.W_O) for b in model.blocks[:-1]]).flatten(0, 1)
+    T = torch.stack([_orthonormal_left(*READS[mode](b.attn)) for b in model.blocks[1:]]).flatten(0, 1)
+    layer_A = torch.arange(model.cfg.n_layers - 1, device=S.device).repeat_interleave(model.cfg.n_heads)
+    return S, T, layer_A[:, None] < layer_A + 1                                    # T's row r is in layer_A[r] + 1
+
+
+def _by_layer_pair(model: Transformer, pairs: Tensor) -> Tensor:
+    """[(layer_A head_A) (layer_B head_B)] over layers 0 … L−2 × 1 … L−1 → [layer_A, head_A, layer_B, head_B]."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    out = pairs.new_zeros(L, H, L, H)
+    out[:-1, :, 1:] = pairs.reshape(L - 1, H, L - 1, H)
+    return out
+
+
 @torch.inference_mode()
 def composition_scores(model: Transformer, mode: str) -> Tensor:
     """[layer_A, head_A, layer_B, head_B]: ‖W_OV^A W^B‖_F / (‖W_OV^A‖_F ‖W^B‖_F), zero unless layer_A < layer_B.
 
     W^B is W_QK (Q-composition: A writes what B's queries read), W_QKᵀ (K-composition: keys) or W_OV
-    (V-composition: values). Through d_head-sized factors, W_OV^A acts like S_A = R_V W_O (W_V = Q_V R_V)
-    and W^B like T_B (e.g. W_Q R_Kᵀ), so the score is ‖S_A T_Bᵀ‖_F / (‖S_A‖_F ‖T_B‖_F). Every pair is
-    taken through Gram matrices, whose rounding in the squared score is about ε; a score below ε^(1/3)
-    is then recomputed from S_A T_Bᵀ itself, which keeps every score within about ε^(2/3) / 2 of exact
-    (float32: a 1e-5 bound, about 1e-7 seen). Computed in the model's dtype.
+    (V-composition: values). The score is ‖S_A T_Bᵀ‖_F / (‖S_A‖_F ‖T_B‖_F) (``_writers_and_readers``).
+    Every pair is taken through Gram matrices, whose rounding in the squared score is about ε; a score
+    below ε^(1/3) is then recomputed from S_A T_Bᵀ itself, which keeps every score within about
+    ε^(2/3) / 2 of exact (float32: a 1e-5 bound, about 1e-7 seen). Computed in the model's dtype.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r}; choose 'Q', 'K' or 'V'")
-    L, H, W_E = model.cfg.n_layers, model.cfg.n_heads, model.embed.W_E
-    scores = torch.zeros(L, H, L, H, dtype=W_E.dtype, device=W_E.device)
-    if L < 2:
-        return scores
-    S = torch.stack([_orthonormal_left(b.attn.W_V, b.attn.W_O) for b in model.blocks[:-1]]).flatten(0, 1)
-    T = torch.stack([_orthonormal_left(*READS[mode](b.attn)) for b in model.blocks[1:]]).flatten(0, 1)
-    # S: [(layer_A head_A) d_head d_model] over layers 0 … L−2; T: the same over layers 1 … L−1
+    if model.cfg.n_layers < 2:                                                    # no earlier → later pair
+        return model.embed.W_E.new_zeros(model.cfg.n_layers, model.cfg.n_heads, model.cfg.n_layers, model.cfg.n_heads)
+    S, T, earlier = _writers_and_readers(model, mode)
     norms = _squared_product_norms(S, T).sqrt_()                                  # [(layer_A head_A) (layer_B head_B)]
     denominator = S.pow(2).sum((-1, -2)).sqrt()[:, None] * T.pow(2).sum((-1, -2)).sqrt()
-    layer_A = torch.arange(L - 1, device=S.device).repeat_interleave(H)          # of S's rows
-    layer_B = layer_A + 1                                                         # of T's rows
-    valid = (layer_A[:, None] < layer_B) & (denominator > 0)
+    valid = earlier & (denominator > 0)
     cancelled = valid & (norms < torch.finfo(S.dtype).eps ** (1 / 3) * denominator)
     rows, cols = cancelled.nonzero(as_tuple=True)
     norms[rows, cols] = _product_norms(S[rows], T[cols])
-    ratio = torch.where(valid, norms / denominator.clamp(min=torch.finfo(S.dtype).tiny), 0.0)
-    scores[:-1, :, 1:] = ratio.reshape(L - 1, H, L - 1, H)
-    return scores
+    return _by_layer_pair(model, torch.where(valid, norms / denominator.clamp(min=torch.finfo(S.dtype).tiny), 0.0))
+
+
+@torch.inference_mode()
+def composition_ceiling(model: Transformer, mode: str) -> Tensor:
+    """[layer_A, head_A, layer_B, head_B]: the highest composition score the two heads' spectra allow.
+
+    ‖W_A W_B‖_F ≤ ‖W_A‖₂ ‖W_B‖_F and ≤ ‖W_A‖_F ‖W_B‖₂, so a score is at most min(σ₁/‖·‖_F) of W_OV^A and
+    W^B: a writer with r comparable singular values scores at most about 1/√r, however well its output
+    lines up with what the reader reads. Zero unless layer_A < layer_B.
+    """
+    if model.cfg.n_layers < 2:                                                    # no earlier → later pair
+        return model.embed.W_E.new_zeros(model.cfg.n_layers, model.cfg.n_heads, model.cfg.n_layers, model.cfg.n_heads)
+    S, T, earlier = _writers_and_readers(model, mode)
+    sigma_S, sigma_T = torch.linalg.svdvals(S), torch.linalg.svdvals(T)        # [(layer head) d_head], descending
+    spread_S = sigma_S[:, 0] / sigma_S.norm(dim=-1).clamp(min=torch.finfo(S.dtype).tiny)  # σ₁ / ‖·‖_F
+    spread_T = sigma_T[:, 0] / sigma_T.norm(dim=-1).clamp(min=torch.finfo(S.dtype).tiny)
+    return _by_layer_pair(model, torch.where(earlier, torch.minimum(spread_S[:, None], spread_T), 0.0))
 
 
 def random_baseline(d_model: int) -> float:

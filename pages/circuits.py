@@ -89,6 +89,7 @@ def two_layers(version: str, key: tuple, _model, seed: int) -> dict:
     ind = (1, int(scores["induction"][1].argmax()))
     ablated = induction.head_scores(model, ablate={prev: torch.zeros(cfg.d_head)})
     composition = {mode: circuits.composition_scores(model, mode)[0, :, 1].cpu().double().numpy() for mode in "QKV"}
+    ceiling = circuits.composition_ceiling(model, "K")[0, :, 1].cpu().double().numpy()
     virtual = sorted(((float(composition["V"][a, b]), a, b) for a in range(cfg.n_heads) for b in range(cfg.n_heads)),
                      reverse=True)[:4]
     with torch.inference_mode():
@@ -96,7 +97,7 @@ def two_layers(version: str, key: tuple, _model, seed: int) -> dict:
     return {"labels": names_of(model, tokens[0].tolist()),
             "patterns": induction.stacked_patterns(cache, cfg.n_layers)[:, 0].numpy(),
             "scores": {k: v.numpy() for k, v in scores.items()}, "ablated": {k: v.numpy() for k, v in ablated.items()},
-            "prev": prev, "ind": ind, "composition": composition, "virtual": virtual, "d_model": cfg.d_model, "d_head": cfg.d_head,
+            "prev": prev, "ind": ind, "composition": composition, "ceiling": ceiling, "virtual": virtual, "d_model": cfg.d_model, "d_head": cfg.d_head,
             "empirical": circuits.empirical_baseline(cfg.d_model, cfg.d_head, samples=100)}
 
 
@@ -226,7 +227,9 @@ elif section == "two layers":
     st.markdown(
         f"**The circuit, as found.** L{pl}H{ph} is a previous-token head (score {s['prev_token'][pl, ph]:.2f}): it "
         f"writes \"my previous token was A\" into each position. L{il}H{ih} K-composes with it "
-        f"(K-composition {t['composition']['K'][ph, ih]:.2f}, random {baseline:.2f}): its keys read that, so a query "
+        f"(K-composition **{t['composition']['K'][ph, ih]:.2f}**: random heads score {baseline:.2f}, and no pair with "
+        f"these two heads' spectra can score above **{t['ceiling'][ph, ih]:.2f}**, the smaller σ₁/‖W‖_F of the two, since "
+        f"‖AB‖_F ≤ ‖A‖₂ ‖B‖_F): its keys read that, so a query "
         f"for A finds the position after the earlier A (induction score {s['induction'][il, ih]:.2f}), and its OV "
         f"circuit copies the token found there.")
     st.markdown(f"**Ablation proof.** With L{pl}H{ph}'s output set to zero (a functional argument; the shared model "

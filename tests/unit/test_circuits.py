@@ -63,6 +63,20 @@ def test_float32_scores_keep_their_stated_accuracy_where_the_true_score_is_zero(
     assert max((in_float32[m] - exact[m]).abs().max() for m in "QKV") <= 1e-6
 
 
+@pytest.mark.parametrize("mode", ["Q", "K", "V"])
+def test_no_score_exceeds_its_ceiling_which_is_the_spectral_ratio(mode):
+    model = Transformer(CFG).double()
+    ceiling, scores = circuits.composition_ceiling(model, mode), circuits.composition_scores(model, mode)
+    assert torch.all(scores <= ceiling + 1e-12) and torch.all((ceiling > 0) == (scores > 0))
+    a, b = model.blocks[0].attn, model.blocks[2].attn                         # L0H2 → L2H1, dense
+    writer = torch.linalg.svdvals(a.W_V[2] @ a.W_O[2])
+    reader = torch.linalg.svdvals(b.W_V[1] @ b.W_O[1] if mode == "V" else b.W_Q[1] @ b.W_K[1].T)
+    expected = min(writer[0] / writer.norm(), reader[0] / reader.norm())       # σ₁ / ‖·‖_F of either
+    assert ceiling[0, 2, 2, 1].item() == pytest.approx(expected.item(), abs=1e-10)
+    shallow = Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=5, n_ctx=4))
+    assert circuits.composition_ceiling(shallow, mode).shape == circuits.composition_scores(shallow, mode).shape == (1, 2, 1, 2)
+
+
 def test_random_composition_is_about_one_over_sqrt_d_model():
     model = Transformer(ModelConfig(n_layers=2, d_model=256, n_heads=8, d_vocab=10, n_ctx=4))
     scores = circuits.composition_scores(model, "K")[0, :, 1]
@@ -188,3 +202,4 @@ def test_a_hand_built_induction_circuit_scores_one_and_composes_by_k():
     # Two aligned identity maps of rank V: ‖I_V I_V‖ / (‖I_V‖ ‖I_V‖) = 1/√V, the most a writer with V equal
     # singular values can score (‖AB‖_F ≤ ‖A‖_2 ‖B‖_F and ‖A‖_2 = ‖A‖_F / √V).
     assert scores["K"] == pytest.approx(V**-0.5) and scores["Q"] == 0 and scores["V"] == 0
+    assert circuits.composition_ceiling(model, "K")[0, 0, 1, 0].item() == pytest.approx(scores["K"])  # it is reached

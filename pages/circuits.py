@@ -226,12 +226,11 @@ elif section == "two layers":
     (pl, ph), (il, ih) = t["prev"], t["ind"]
     st.markdown(
         f"**The circuit, as found.** L{pl}H{ph} is a previous-token head (score {s['prev_token'][pl, ph]:.2f}): it "
-        f"writes \"my previous token was A\" into each position. L{il}H{ih} K-composes with it "
-        f"(K-composition **{t['composition']['K'][ph, ih]:.2f}**: random heads score {baseline:.2f}, and no pair with "
-        f"these two heads' spectra can score above **{t['ceiling'][ph, ih]:.2f}**, the smaller σ₁/‖W‖_F of the two, since "
-        f"‖AB‖_F ≤ ‖A‖₂ ‖B‖_F): its keys read that, so a query "
-        f"for A finds the position after the earlier A (induction score {s['induction'][il, ih]:.2f}), and its OV "
-        f"circuit copies the token found there.")
+        f"writes \"my previous token was A\" into each position. L{il}H{ih} K-composes with it: its keys read that, "
+        f"so a query for A finds the position after the earlier A (induction score {s['induction'][il, ih]:.2f}), and "
+        f"its OV circuit copies the token found there. Their K-composition is **{t['composition']['K'][ph, ih]:.2f}**, "
+        f"against {baseline:.2f} for random heads and a ceiling of **{t['ceiling'][ph, ih]:.2f}** for these two heads "
+        f"(no pair can exceed the smaller σ₁/‖W‖_F of the two, since ‖AB‖_F ≤ ‖A‖₂ ‖B‖_F).")
     st.markdown(f"**Ablation proof.** With L{pl}H{ph}'s output set to zero (a functional argument; the shared model "
                 f"is untouched), L{il}H{ih}'s induction score falls from **{s['induction'][il, ih]:.3f}** to "
                 f"**{a['induction'][il, ih]:.3f}** — {verdict(a['induction'][il, ih] < 0.5 * s['induction'][il, ih], 'it depends on the previous-token head', 'no drop')}.")

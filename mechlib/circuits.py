@@ -50,13 +50,14 @@ GRAM_BLOCK = 128  # d_model columns per Gram block: one block pair's Grams for e
 DIRECT_CHUNK = 2**22  # elements of S_a (and of T_b) gathered at once when products are formed directly
 
 
-def _squared_product_norms(S: Tensor, T: Tensor) -> Tensor:
+def _squared_product_norms(S: Tensor, T: Tensor, split: int) -> Tensor:
     """[a, b]: ‖S_a T_bᵀ‖_F² for S: [a, k, d], T: [b, k, d], as ⟨S_aᵀ S_a, T_bᵀ T_b⟩_F (Gram matrices).
 
     Forming S_a T_bᵀ costs k² d multiply-adds per pair; the inner product of two d × d Grams costs d², and
     half that since both are symmetric: only their upper block triangle is formed (an off-diagonal block
-    counts twice), one block pair at a time, so no head's whole d × d Gram is ever held. The inner product
-    cancels where S_a T_bᵀ is near 0: its rounding is about ε ‖S_a‖²_F ‖T_b‖²_F.
+    counts twice), one block pair at a time, so no head's whole d × d Gram is ever held. Rows from
+    ``split`` on are wanted only against columns from ``split`` on; the rest of them is left 0. The inner
+    product cancels where S_a T_bᵀ is near 0: its rounding is about ε ‖S_a‖²_F ‖T_b‖²_F.
     """
     starts = range(0, S.shape[-1], GRAM_BLOCK)
     squared = S.new_zeros(S.shape[0], T.shape[0])
@@ -64,9 +65,11 @@ def _squared_product_norms(S: Tensor, T: Tensor) -> Tensor:
         rows = slice(i, i + GRAM_BLOCK)
         for j in starts[i // GRAM_BLOCK:]:
             cols = slice(j, j + GRAM_BLOCK)
-            gram_S = S[..., rows].transpose(-1, -2) @ S[..., cols]                # [a block block]
-            gram_T = T[..., rows].transpose(-1, -2) @ T[..., cols]                # [b block block]
-            squared.addmm_(gram_S.flatten(1), gram_T.flatten(1).T, alpha=1 if i == j else 2)
+            gram_S = (S[..., rows].transpose(-1, -2) @ S[..., cols]).flatten(1)  # [a (block block)]
+            gram_T = (T[..., rows].transpose(-1, -2) @ T[..., cols]).flatten(1)  # [b (block block)]
+            twice = 1 if i == j else 2
+            squared[:split].addmm_(gram_S[:split], gram_T.T, alpha=twice)
+            squared[split:, split:].addmm_(gram_S[split:], gram_T[split:].T, alpha=twice)
     return squared.clamp_(min=0)
 
 
@@ -119,8 +122,10 @@ def composition_scores(model: Transformer, mode: str) -> Tensor:
     if model.cfg.n_layers < 2:                                                    # no earlier → later pair
         return model.embed.W_E.new_zeros(model.cfg.n_layers, model.cfg.n_heads, model.cfg.n_layers, model.cfg.n_heads)
     S, T, earlier = _writers_and_readers(model, mode)
-    norms = _squared_product_norms(S, T).sqrt_()                                  # [(layer_A head_A) (layer_B head_B)]
-    denominator = S.pow(2).sum((-1, -2)).sqrt()[:, None] * T.pow(2).sum((-1, -2)).sqrt()
+    half = (model.cfg.n_layers - 1) // 2 * model.cfg.n_heads                      # S's heads in layers ≥ this row …
+    norms = _squared_product_norms(S, T, half).sqrt_()                            # … only meet T's from this column
+    denominator = (torch.linalg.vector_norm(S, dim=(-1, -2))[:, None]             # [(layer_A head_A) (layer_B head_B)]
+                   * torch.linalg.vector_norm(T, dim=(-1, -2)))
     valid = earlier & (denominator > 0)
     cancelled = valid & (norms < torch.finfo(S.dtype).eps ** (1 / 3) * denominator)
     rows, cols = cancelled.nonzero(as_tuple=True)

@@ -4,15 +4,19 @@ Every matrix here has rank ≤ d_head and is kept as a ``FactoredMatrix``: a voc
 is never formed unless a page asks for a few of its rows.
 """
 
+import math
+
 import torch
 from torch import Tensor
 
 from mechlib import residual
+from mechlib.device import require_budget
 from mechlib.factored import FactoredMatrix
 from mechlib.model import Cache, Transformer
 
-__all__ = ["qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_scores", "composition_ceiling",
-           "random_baseline", "empirical_baseline", "copying_scores", "ov_eigenvalues", "path_expansion", "skip_trigrams", "virtual_ov"]
+__all__ = ["qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_scores", "composition_mb",
+           "composition_ceiling", "random_baseline", "empirical_baseline", "copying_scores", "ov_eigenvalues",
+           "path_expansion", "skip_trigrams", "virtual_ov"]
 
 MODES = ("Q", "K", "V")
 
@@ -39,18 +43,26 @@ def _orthonormal_left(left: Tensor, right: Tensor) -> Tensor:
     """For L R with L: [..., d, k], R: [..., k, n]: the k × n matrix S with ‖L R X‖ = ‖S X‖ for every X.
 
     S = Uᵀ R with Lᵀ L = U Uᵀ (Cholesky): then L = Q Uᵀ for an orthonormal Q, and Q drops out of the norm.
-    A rank-deficient L (a head with zero weights) falls back to the QR factor.
+    A rank-deficient L (a head with zero weights, or d < k) falls back to its QR factor, padded with zero
+    rows to k rows: rows of zeros change no norm, and every layer's S keeps the same shape.
     """
     lower, info = torch.linalg.cholesky_ex(left.transpose(-1, -2) @ left)
-    upper = lower.transpose(-1, -2) if not info.any() else torch.linalg.qr(left)[1]
-    return upper @ right
+    if not info.any():
+        return lower.transpose(-1, -2) @ right
+    upper = torch.linalg.qr(left)[1]                                              # [..., min(d, k), k]
+    return torch.nn.functional.pad(upper, (0, 0, 0, left.shape[-1] - upper.shape[-2])) @ right
 
 
-GRAM_BLOCK = 128  # d_model columns per Gram block: one block pair's Grams for every head stay in the L3 cache
-DIRECT_CHUNK = 2**22  # elements of S_a (and of T_b) gathered at once when products are formed directly
+GRAM_BLOCK = 128  # d_model columns per Gram block, at most
+GRAM_ELEMENTS = 2**22  # … and fewer where one block for every head would pass this many elements (16 MB in float32)
 
 
-def _squared_product_norms(S: Tensor, T: Tensor, split: int) -> Tensor:
+def _gram_block(heads: int) -> int:
+    """Columns per Gram block for this many heads: GRAM_BLOCK, or fewer to keep a block for all within GRAM_ELEMENTS."""
+    return max(1, min(GRAM_BLOCK, math.isqrt(GRAM_ELEMENTS // max(heads, 1))))
+
+
+def _squared_norms_by_gram(S: Tensor, T: Tensor, split: int) -> Tensor:
     """[a, b]: ‖S_a T_bᵀ‖_F² for S: [a, k, d], T: [b, k, d], as ⟨S_aᵀ S_a, T_bᵀ T_b⟩_F (Gram matrices).
 
     Forming S_a T_bᵀ costs k² d multiply-adds per pair; the inner product of two d × d Grams costs d², and
@@ -59,12 +71,13 @@ def _squared_product_norms(S: Tensor, T: Tensor, split: int) -> Tensor:
     ``split`` on are wanted only against columns from ``split`` on; the rest of them is left 0. The inner
     product cancels where S_a T_bᵀ is near 0: its rounding is about ε ‖S_a‖²_F ‖T_b‖²_F.
     """
-    starts = range(0, S.shape[-1], GRAM_BLOCK)
-    squared = S.new_zeros(S.shape[0], T.shape[0])
+    block = _gram_block(max(len(S), len(T)))
+    starts = range(0, S.shape[-1], block)
+    squared = S.new_zeros(len(S), len(T))
     for i in starts:
-        rows = slice(i, i + GRAM_BLOCK)
-        for j in starts[i // GRAM_BLOCK:]:
-            cols = slice(j, j + GRAM_BLOCK)
+        rows = slice(i, i + block)
+        for j in starts[i // block:]:
+            cols = slice(j, j + block)
             gram_S = (S[..., rows].transpose(-1, -2) @ S[..., cols]).flatten(1)  # [a (block block)]
             gram_T = (T[..., rows].transpose(-1, -2) @ T[..., cols]).flatten(1)  # [b (block block)]
             twice = 1 if i == j else 2
@@ -73,11 +86,11 @@ def _squared_product_norms(S: Tensor, T: Tensor, split: int) -> Tensor:
     return squared.clamp_(min=0)
 
 
-def _product_norms(S: Tensor, T: Tensor) -> Tensor:
-    """[n]: ‖S_i T_iᵀ‖_F for S, T: [n, k, d], forming each k × k product (k² d multiply-adds), in chunks."""
-    chunk = max(1, DIRECT_CHUNK // (S.shape[-2] * S.shape[-1]))
-    return torch.cat([S.new_zeros(0)] + [torch.linalg.matrix_norm(s @ t.transpose(-1, -2))
-                                         for s, t in zip(S.split(chunk), T.split(chunk))])
+def _squared_norms_directly(S: Tensor, T: Tensor) -> Tensor:
+    """[a, b]: ‖S_a T_bᵀ‖_F² for S: [a, k, d], T: [b, k, d], by forming every k × k product in one matrix product."""
+    (a, k, d), b = S.shape, len(T)
+    products = S.reshape(a * k, d) @ T.reshape(b * k, d).T                        # [(a k) (b k)]
+    return products.pow_(2).reshape(a, k, b, k).sum((1, 3))
 
 
 # For a later head's attention module: the factors (L, R) of the matrix it reads through, W^B = L R up to transposes.
@@ -109,45 +122,67 @@ def _by_layer_pair(model: Transformer, pairs: Tensor) -> Tensor:
     return out
 
 
+def composition_mb(model: Transformer) -> float:
+    """Estimated memory of ``composition_scores`` in MB: pair-by-pair tables, the factors and one layer's
+    Cholesky factors, Gram blocks, one reader layer's products."""
+    cfg, itemsize = model.cfg, model.embed.W_E.element_size()
+    heads, k = (cfg.n_layers - 1) * cfg.n_heads, cfg.d_head
+    elements = (4 * (cfg.n_layers * cfg.n_heads) ** 2 + 2 * heads * k * cfg.d_model + 2 * cfg.n_heads * k * k
+                + 2 * heads * _gram_block(heads) ** 2 + heads * k * cfg.n_heads * k)
+    return (elements * itemsize + 2 * heads**2) / 2**20
+
+
 @torch.inference_mode()
 def composition_scores(model: Transformer, mode: str) -> Tensor:
     """[layer_A, head_A, layer_B, head_B]: ‖W_OV^A W^B‖_F / (‖W_OV^A‖_F ‖W^B‖_F), zero unless layer_A < layer_B.
 
     W^B is W_QK (Q-composition: A writes what B's queries read), W_QKᵀ (K-composition: keys) or W_OV
     (V-composition: values). The score is ‖S_A T_Bᵀ‖_F / (‖S_A‖_F ‖T_B‖_F) (``_writers_and_readers``).
-    Every pair is taken through Gram matrices, whose rounding in the squared score is about ε; a score
-    below ε^(1/3) is then recomputed from S_A T_Bᵀ itself, which keeps every score within about
-    ε^(2/3) / 2 of exact (float32: a 1e-5 bound, about 1e-7 seen). Computed in the model's dtype.
+    Where 2 d_head² > d_model, a Gram inner product (d_model²/2 per pair) costs less than forming S_A T_Bᵀ
+    (d_head² d_model), so every pair goes through Gram matrices first; their rounding in the squared
+    score is about ε, so a reader layer with a score below ε^(1/3) is recomputed by forming the products,
+    which keeps every score within about ε^(2/3) / 2 of exact. Computed in the model's dtype.
     """
-    if model.cfg.n_layers < 2:                                                    # no earlier → later pair
-        return model.embed.W_E.new_zeros(model.cfg.n_layers, model.cfg.n_heads, model.cfg.n_layers, model.cfg.n_heads)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    if L < 2:                                                                     # no earlier → later pair
+        return model.embed.W_E.new_zeros(L, H, L, H)
+    require_budget(composition_mb(model), "Composition scores for every pair of heads")
     S, T, earlier = _writers_and_readers(model, mode)
-    half = (model.cfg.n_layers - 1) // 2 * model.cfg.n_heads                      # S's heads in layers ≥ this row …
-    norms = _squared_product_norms(S, T, half).sqrt_()                            # … only meet T's from this column
-    denominator = (torch.linalg.vector_norm(S, dim=(-1, -2))[:, None]             # [(layer_A head_A) (layer_B head_B)]
-                   * torch.linalg.vector_norm(T, dim=(-1, -2)))
+    k, d = S.shape[-2:]
+    denominator = S.pow(2).sum((-1, -2)).sqrt()[:, None] * T.pow(2).sum((-1, -2)).sqrt()  # [(layer_A head_A) (…_B)]
+    if 2 * k * k > d:
+        squared = _squared_norms_by_gram(S, T, (L - 1) // 2 * H)  # writers in later layers meet only later readers
+        cancelled = earlier & (squared < (torch.finfo(S.dtype).eps ** (1 / 3) * denominator) ** 2)
+        readers = cancelled.reshape(-1, L - 1, H).any(dim=(0, 2)).nonzero().flatten().tolist()
+    else:
+        squared, readers = S.new_zeros(len(S), len(T)), range(L - 1)
+    for j in readers:                                                             # reader layer j + 1
+        writers, read = slice(0, (j + 1) * H), slice(j * H, (j + 1) * H)          # writers in layers 0 … j
+        squared[writers, read] = _squared_norms_directly(S[writers], T[read])
     valid = earlier & (denominator > 0)
-    cancelled = valid & (norms < torch.finfo(S.dtype).eps ** (1 / 3) * denominator)
-    rows, cols = cancelled.nonzero(as_tuple=True)
-    norms[rows, cols] = _product_norms(S[rows], T[cols])
-    return _by_layer_pair(model, torch.where(valid, norms / denominator.clamp(min=torch.finfo(S.dtype).tiny), 0.0))
+    ratio = torch.where(valid, squared.sqrt_() / denominator.clamp(min=torch.finfo(S.dtype).tiny), 0.0)
+    return _by_layer_pair(model, ratio)
 
 
 @torch.inference_mode()
 def composition_ceiling(model: Transformer, mode: str) -> Tensor:
-    """[layer_A, head_A, layer_B, head_B]: the highest composition score the two heads' spectra allow.
+    """[layer_A, head_A, layer_B, head_B]: the highest composition score the two heads' singular values allow.
 
-    ‖W_A W_B‖_F ≤ ‖W_A‖₂ ‖W_B‖_F and ≤ ‖W_A‖_F ‖W_B‖₂, so a score is at most min(σ₁/‖·‖_F) of W_OV^A and
-    W^B: a writer with r comparable singular values scores at most about 1/√r, however well its output
-    lines up with what the reader reads. Zero unless layer_A < layer_B.
+    With σ the singular values of W_OV^A and τ those of W^B, both descending, ‖W_A W_B‖_F² = ⟨W_AᵀW_A, W_B W_Bᵀ⟩
+    is at most Σ σ_i² τ_i² (von Neumann's trace inequality), reached when A writes along its strongest
+    directions exactly what B reads along its strongest ones, in the same order. So a score is at most
+    √(Σ σ_i² τ_i²) / (‖σ‖ ‖τ‖): a writer with r comparable singular values scores at most about 1/√r,
+    however well it lines up with the reader. Zero unless layer_A < layer_B.
     """
-    if model.cfg.n_layers < 2:                                                    # no earlier → later pair
-        return model.embed.W_E.new_zeros(model.cfg.n_layers, model.cfg.n_heads, model.cfg.n_layers, model.cfg.n_heads)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    if L < 2:                                                                     # no earlier → later pair
+        return model.embed.W_E.new_zeros(L, H, L, H)
+    require_budget(composition_mb(model), "Composition ceilings for every pair of heads")
     S, T, earlier = _writers_and_readers(model, mode)
-    sigma_S, sigma_T = torch.linalg.svdvals(S), torch.linalg.svdvals(T)        # [(layer head) d_head], descending
-    spread_S = sigma_S[:, 0] / sigma_S.norm(dim=-1).clamp(min=torch.finfo(S.dtype).tiny)  # σ₁ / ‖·‖_F
-    spread_T = sigma_T[:, 0] / sigma_T.norm(dim=-1).clamp(min=torch.finfo(S.dtype).tiny)
-    return _by_layer_pair(model, torch.where(earlier, torch.minimum(spread_S[:, None], spread_T), 0.0))
+    tiny = torch.finfo(S.dtype).tiny
+    share_S, share_T = (sigma.pow(2) / sigma.pow(2).sum(-1, keepdim=True).clamp(min=tiny)  # σ_i² / ‖σ‖², descending
+                        for sigma in (torch.linalg.svdvals(S), torch.linalg.svdvals(T)))   # [(layer head) d_head]
+    return _by_layer_pair(model, torch.where(earlier, (share_S @ share_T.T).sqrt(), 0.0))
 
 
 def random_baseline(d_model: int) -> float:

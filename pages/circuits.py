@@ -10,6 +10,7 @@ import torch
 
 import mechlib
 from mechlib import circuits, data, figures, induction, train, zoo
+from mechlib.device import budget_mb
 from pages.shell import current_model, require_shell, slider, verdict
 
 require_shell()
@@ -197,7 +198,8 @@ elif section == "one layer":
 
 elif section == "two layers":
     st.subheader("Two layers: composition and the induction circuit (attn-only-2l)")
-    key, model = section_model("attn-only-2l", lambda m: m.cfg.n_layers >= 2, "it needs at least two layers")
+    key, model = section_model("attn-only-2l", lambda m: m.cfg.n_layers >= 2 and circuits.composition_mb(m) <= budget_mb(),
+                               f"it needs two layers or more, and composition scores within {budget_mb():,.0f} MB")
     t = two_layers(mechlib.__version__, key, model, seed)
     heads = [f"L1H{h}" for h in range(t["composition"]["K"].shape[1])]
     earlier = [f"L0H{h}" for h in range(t["composition"]["K"].shape[0])]
@@ -229,8 +231,8 @@ elif section == "two layers":
         f"writes \"my previous token was A\" into each position. L{il}H{ih} K-composes with it: its keys read that, "
         f"so a query for A finds the position after the earlier A (induction score {s['induction'][il, ih]:.2f}), and "
         f"its OV circuit copies the token found there. Their K-composition is **{t['composition']['K'][ph, ih]:.2f}**, "
-        f"against {baseline:.2f} for random heads and a ceiling of **{t['ceiling'][ph, ih]:.2f}** for these two heads "
-        f"(no pair can exceed the smaller σ₁/‖W‖_F of the two, since ‖AB‖_F ≤ ‖A‖₂ ‖B‖_F).")
+        f"against {baseline:.2f} for random heads and a ceiling of **{t['ceiling'][ph, ih]:.2f}** for these two heads: "
+        f"with σ and τ their singular values, no alignment of the two can score above √(Σ σᵢ² τᵢ²) / (‖σ‖ ‖τ‖).")
     st.markdown(f"**Ablation proof.** With L{pl}H{ph}'s output set to zero (a functional argument; the shared model "
                 f"is untouched), L{il}H{ih}'s induction score falls from **{s['induction'][il, ih]:.3f}** to "
                 f"**{a['induction'][il, ih]:.3f}** — {verdict(a['induction'][il, ih] < 0.5 * s['induction'][il, ih], 'it depends on the previous-token head', 'no drop')}.")
@@ -256,5 +258,7 @@ else:
     st.plotly_chart(figures.patterns_grid(snap["patterns"], f"Every head at step {step:,}"))
 
 with st.expander("Under the hood"):
-    st.code("\n".join(inspect.getsource(f) for f in (circuits.composition_scores, circuits._squared_product_norms,
-                                                     circuits.copying_scores)))
+    st.code("\n".join(inspect.getsource(f) for f in (
+        circuits.composition_scores, circuits._writers_and_readers, circuits._orthonormal_left,
+        circuits._squared_norms_by_gram, circuits._squared_norms_directly, circuits.composition_ceiling,
+        circuits.copying_scores)))

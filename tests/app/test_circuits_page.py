@@ -45,7 +45,7 @@ def test_two_layers_name_the_circuit_and_prove_it_by_ablation():
     circuit = next(m.value for m in at.markdown if m.value.startswith("**The circuit, as found.**"))
     assert "L0H1 is a previous-token head" in circuit and "L1H1 K-composes with it" in circuit
     k_composition, ceiling = numbers(at, r"K-composition is \*\*([\d.]+)\*\*.*?ceiling of \*\*([\d.]+)\*\*")
-    assert 0.088 < k_composition < ceiling == pytest.approx(0.305, abs=0.01)  # above random, below what spectra allow
+    assert 0.088 < k_composition < ceiling == pytest.approx(0.221, abs=0.01)  # above random, below what spectra allow
     before, after = numbers(at, r"falls from \*\*([\d.]+)\*\* to \*\*([\d.]+)\*\*")
     assert before >= 0.9 and after < 0.1
     virtual = at.dataframe[0].value

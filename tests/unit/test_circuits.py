@@ -1,10 +1,13 @@
 """Circuits: factored circuits equal dense ones; composition and copying scores have known answers."""
 
+import copy
+
 import pytest
 import torch
 
 from mechlib import attention, circuits
 from mechlib.config import ModelConfig
+from mechlib.device import BudgetError
 from mechlib.model import Transformer
 
 CFG = ModelConfig(n_layers=3, d_model=32, n_heads=4, d_vocab=40, n_ctx=12, seed=2)
@@ -45,6 +48,34 @@ def test_composition_through_several_gram_blocks_equals_the_dense_definition(mod
     assert (circuits.composition_scores(model, mode) - dense_composition(model, mode)).abs().max() <= 1e-10
 
 
+@pytest.mark.parametrize("cfg", [
+    ModelConfig(n_layers=4, d_model=64, n_heads=16, d_vocab=10, n_ctx=4, seed=3),       # 2 d_head² ≤ d_model: products
+    ModelConfig(n_layers=3, d_model=8, n_heads=2, d_head=9, d_vocab=10, n_ctx=4, seed=4),  # d_head > d_model: rank 8
+    ModelConfig(n_layers=5, d_model=24, n_heads=1, d_vocab=10, n_ctx=4, seed=5)])
+def test_composition_equals_the_dense_definition_on_every_route(cfg):
+    model = Transformer(cfg).double()
+    for mode in "QKV":
+        exact = dense_composition(model, mode)
+        assert (circuits.composition_scores(model, mode) - exact).abs().max() <= 1e-10
+        assert (circuits.composition_scores(Transformer(cfg), mode).double() - exact).abs().max() <= 1e-5
+
+
+def test_float32_scores_of_wide_heads_keep_their_relative_accuracy():
+    """One head of d_head 512: a norm sums 262,144 squares, where a plain float32 reduction loses 5e-6."""
+    model = Transformer(ModelConfig(n_layers=2, d_model=512, n_heads=1, d_vocab=5, n_ctx=4, seed=1))
+    for mode in "QKV":
+        exact = circuits.composition_scores(copy.deepcopy(model).double(), mode)
+        assert exact[0, 0, 1, 0] > 0.01
+        assert ((circuits.composition_scores(model, mode).double() - exact).abs() <= 1e-6 * exact).all()
+
+
+def test_composition_over_the_memory_budget_is_refused_with_the_estimate():
+    model = Transformer(ModelConfig(n_layers=48, d_model=256, n_heads=256, d_vocab=5, n_ctx=4))  # 12,288 heads
+    assert circuits.composition_mb(model) > 1024
+    with pytest.raises(BudgetError, match=r"Composition scores for every pair of heads would need about [\d,]+ MB"):
+        circuits.composition_scores(model, "K")
+
+
 def test_float32_scores_keep_their_stated_accuracy_where_the_true_score_is_zero():
     """Layer 0 writes into one half of a random basis, layer 1's keys read the other half: K-composition is 0.
 
@@ -64,17 +95,36 @@ def test_float32_scores_keep_their_stated_accuracy_where_the_true_score_is_zero(
 
 
 @pytest.mark.parametrize("mode", ["Q", "K", "V"])
-def test_no_score_exceeds_its_ceiling_which_is_the_spectral_ratio(mode):
+def test_no_score_exceeds_its_ceiling_computed_from_the_dense_spectra(mode):
     model = Transformer(CFG).double()
     ceiling, scores = circuits.composition_ceiling(model, mode), circuits.composition_scores(model, mode)
     assert torch.all(scores <= ceiling + 1e-12) and torch.all((ceiling > 0) == (scores > 0))
     a, b = model.blocks[0].attn, model.blocks[2].attn                         # L0H2 → L2H1, dense
-    writer = torch.linalg.svdvals(a.W_V[2] @ a.W_O[2])
-    reader = torch.linalg.svdvals(b.W_V[1] @ b.W_O[1] if mode == "V" else b.W_Q[1] @ b.W_K[1].T)
-    expected = min(writer[0] / writer.norm(), reader[0] / reader.norm())       # σ₁ / ‖·‖_F of either
+    sigma = torch.linalg.svdvals(a.W_V[2] @ a.W_O[2])[:CFG.d_head]
+    tau = torch.linalg.svdvals(b.W_V[1] @ b.W_O[1] if mode == "V" else b.W_Q[1] @ b.W_K[1].T)[:CFG.d_head]
+    expected = (sigma.pow(2) * tau.pow(2)).sum().sqrt() / (sigma.norm() * tau.norm())
     assert ceiling[0, 2, 2, 1].item() == pytest.approx(expected.item(), abs=1e-10)
     shallow = Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=5, n_ctx=4))
     assert circuits.composition_ceiling(shallow, mode).shape == circuits.composition_scores(shallow, mode).shape == (1, 2, 1, 2)
+
+
+def test_the_ceiling_is_reached_when_the_spectra_line_up_in_order():
+    """W_OV^A = diag(σ) and W_QKᵀ of B = diag(τ) on the same four directions: the K-composition is
+    √(Σ σ_i² τ_i²) / (‖σ‖ ‖τ‖) with τ in σ's order (the ceiling), and less with τ reversed."""
+    sigma, tau = torch.tensor([4.0, 2.0, 1.0, 0.5], dtype=torch.float64), torch.tensor([3.0, 1.5, 1.0, 0.2], dtype=torch.float64)
+    model = Transformer(ModelConfig(n_layers=2, d_model=8, n_heads=1, d_head=4, d_vocab=5, n_ctx=4)).double()
+    first_four = torch.eye(8, dtype=torch.float64)[:, :4]                     # [d_model 4]
+    scores = []
+    for reader in (tau, tau.flip(0)):
+        with torch.no_grad():
+            model.blocks[0].attn.W_V[0] = first_four
+            model.blocks[0].attn.W_O[0] = torch.diag(sigma) @ first_four.T
+            model.blocks[1].attn.W_K[0] = first_four @ torch.diag(reader)
+            model.blocks[1].attn.W_Q[0] = first_four
+        scores.append(circuits.composition_scores(model, "K")[0, 0, 1, 0].item())
+    ceiling = circuits.composition_ceiling(model, "K")[0, 0, 1, 0].item()     # the same for both orders
+    assert ceiling == pytest.approx(((sigma * tau).norm() / (sigma.norm() * tau.norm())).item(), abs=1e-12)
+    assert scores[0] == pytest.approx(ceiling, abs=1e-12) and scores[1] < ceiling - 0.1
 
 
 def test_random_composition_is_about_one_over_sqrt_d_model():

@@ -15,6 +15,18 @@ def save_whole_page(page, name: str, height: int, charts: int) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
+def press_slider(page, name: str, key: str) -> None:
+    """Move the slider labelled ``name`` by one key press (ArrowLeft, ArrowRight, Home, End), as a keyboard user would."""
+    thumb = page.get_by_role("slider", name=name)
+    thumb.focus()
+    thumb.press(key)
+
+
+def no_exception(page) -> bool:
+    """True when the page shows no Streamlit exception box."""
+    return page.locator('[data-testid="stException"]').count() == 0
+
+
 def plot_text(page) -> str:
     return page.locator('[data-testid="stPlotlyChart"]').first.inner_text()
 
@@ -22,20 +34,18 @@ def plot_text(page) -> str:
 def test_equivalence_page_loads_draws_and_reacts(page, server):
     page.goto(f"{server}/equivalence")  # the fresh server's first request: a deep link
     wait_for_app(page, charts=3)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     assert "Page not found" not in page.inner_text("body")
     assert "max |difference|, float32" in page.inner_text("body")
     assert page.locator('[data-testid="stSidebar"]').get_by_text("seed").count() >= 1
     assert "row 70 → head 1, row 6" in plot_text(page)
 
-    thumb = page.get_by_role("slider", name="a row of the concatenated W_O")
-    thumb.focus()
-    thumb.press("ArrowRight")
+    press_slider(page, "a row of the concatenated W_O", "ArrowRight")
     page.wait_for_function(
         "() => document.querySelector('[data-testid=\"stPlotlyChart\"]').innerText.includes('row 71 → head 1, row 7')",
         timeout=30_000)
     wait_for_app(page, charts=3)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     # The sidebar survives the rerun, and the URL now carries the setting.
     assert page.locator('[data-testid="stSidebar"]').get_by_text("seed").count() >= 1
     assert "row=71" in page.url
@@ -46,7 +56,7 @@ def test_equivalence_page_loads_draws_and_reacts(page, server):
 def test_url_reproduces_the_screen(page, server):
     page.goto(f"{server}/equivalence?D=256&H=4&row=130&dtype=float64")
     wait_for_app(page, charts=3)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     assert "row 130 → head 2, row 2" in plot_text(page)
     assert "d_head = D / H = 256 / 4 = 64" in page.inner_text("body")
     assert "per head → Σ, float64" in page.inner_text("body")
@@ -55,12 +65,12 @@ def test_url_reproduces_the_screen(page, server):
 def test_train_page_trains_and_shows_live_curves(page, server):
     page.goto(f"{server}/train?t_data=random&t_d_model=32&t_ctx=32&t_steps=100")
     page.get_by_role("button", name="Train").wait_for(timeout=60_000)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     assert "at most 2 trainings run at once" in page.inner_text("body")
     page.get_by_role("button", name="Train").click()
     page.get_by_text("Final loss").wait_for(timeout=120_000)
     wait_for_app(page, charts=1)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     page.get_by_text("Download as .safetensors").wait_for(timeout=30_000)
     # The trained model is now the sidebar's choice.
     assert "trained #1: 2L×2H d32 ctx 32" in page.locator('[data-testid="stSidebar"]').inner_text()
@@ -89,9 +99,7 @@ def test_moving_a_slider_or_closing_the_tab_stops_training(browser, server):
     trainer.get_by_role("button", name="Train").click()
     trainer.get_by_text("of 5,000").wait_for(timeout=60_000)  # training has started
     assert running_trainings(watcher, server) == 1
-    thumb = trainer.get_by_role("slider", name="layers")
-    thumb.focus()
-    thumb.press("ArrowLeft")  # the rerun stops the training at its next progress report
+    press_slider(trainer, "layers", "ArrowLeft")  # the rerun stops the training at its next progress report
     assert wait_until_running(watcher, server, 0) == 0
     trainer.get_by_role("button", name="Train").click()
     trainer.get_by_text("of 5,000").wait_for(timeout=60_000)
@@ -104,17 +112,15 @@ def test_moving_a_slider_or_closing_the_tab_stops_training(browser, server):
 def test_patterns_page_loads_draws_and_reacts(page, server):
     page.goto(f"{server}/patterns")
     wait_for_app(page, charts=4)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     assert "Scores recomputed" in page.inner_text("body")
     before = page.locator('[data-testid="stPlotlyChart"]').nth(2).inner_text()
-    thumb = page.get_by_role("slider", name="head")
-    thumb.focus()
-    thumb.press("ArrowRight")
+    press_slider(page, "head", "ArrowRight")
     page.wait_for_function(
         "() => document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')[2].innerText.includes('Layer 1, head 1')",
         timeout=30_000)
     wait_for_app(page, charts=4)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     assert "head=1" in page.url and page.locator('[data-testid="stPlotlyChart"]').nth(2).inner_text() != before
     save_whole_page(page, "patterns", height=3800, charts=4)
 
@@ -122,14 +128,12 @@ def test_patterns_page_loads_draws_and_reacts(page, server):
 def test_residual_page_loads_draws_and_reacts(page, server):
     page.goto(f"{server}/residual")
     wait_for_app(page, charts=4)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     assert "The ledger at position 14" in page.inner_text("body")
-    thumb = page.get_by_role("slider", name="position")
-    thumb.focus()
-    thumb.press("ArrowLeft")
+    press_slider(page, "position", "ArrowLeft")
     page.get_by_text("The ledger at position 13").wait_for(timeout=30_000)
     wait_for_app(page, charts=4)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     save_whole_page(page, "residual", height=4200, charts=4)
 
 
@@ -137,10 +141,8 @@ def test_circuits_page_sections_load_and_draw(page, server):
     for section, charts in (("two+layers", 4), ("zero+layers", 2), ("one+layer", 3), ("the+phase+change", 2)):
         page.goto(f"{server}/circuits?section={section}")
         wait_for_app(page, charts=charts)
-        assert page.locator('[data-testid="stException"]').count() == 0, section
-    thumb = page.get_by_role("slider", name="training step")
-    thumb.focus()
-    thumb.press("Home")
+        assert no_exception(page), section
+    press_slider(page, "training step", "Home")
     page.get_by_text("At step 0:").wait_for(timeout=30_000)
     page.goto(f"{server}/circuits?section=two+layers")
     save_whole_page(page, "circuits", height=3000, charts=4)
@@ -149,12 +151,10 @@ def test_circuits_page_sections_load_and_draw(page, server):
 def test_lstm_page_loads_draws_and_reacts(page, server):
     page.goto(f"{server}/lstm")
     wait_for_app(page, charts=9)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     assert "The test that separates them" in page.inner_text("body")
-    thumb = page.get_by_role("slider", name="segment length for the test")
-    thumb.focus()
-    thumb.press("End")
+    press_slider(page, "segment length for the test", "End")
     page.wait_for_function("() => new URL(location.href).searchParams.get('l_test') === '23'", timeout=30_000)
     wait_for_app(page, charts=9)
-    assert page.locator('[data-testid="stException"]').count() == 0
+    assert no_exception(page)
     save_whole_page(page, "lstm", height=4600, charts=9)

@@ -7,19 +7,20 @@ from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
-from pages.shell import add_session_model, select_slider, session_model, slider
+from shell import add_session_model, select_slider, session_model, slider
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide")
 
 DEFAULT_MODEL = "gelu-2l"  # MLPs and LayerNorm: every kind of term shows on the residual-stream page
 PAGES = [
-    st.Page("pages/equivalence.py", title="Equivalence: heads add up", icon=":material/functions:",
-            url_path="equivalence", default=True),
-    st.Page("pages/patterns.py", title="Patterns and messages", icon=":material/grid_on:", url_path="patterns"),
-    st.Page("pages/residual.py", title="The residual stream", icon=":material/stacked_line_chart:", url_path="residual"),
-    st.Page("pages/circuits.py", title="Circuits", icon=":material/account_tree:", url_path="circuits"),
-    st.Page("pages/lstm.py", title="The LSTM analogy", icon=":material/memory_alt:", url_path="lstm"),
-    st.Page("pages/train.py", title="Train a model", icon=":material/model_training:", url_path="train"),
+    st.Page("app_pages/home.py", title="Start here", icon=":material/home:", default=True),
+    st.Page("app_pages/equivalence.py", title="Equivalence: heads add up", icon=":material/functions:",
+            url_path="equivalence"),
+    st.Page("app_pages/patterns.py", title="Patterns and messages", icon=":material/grid_on:", url_path="patterns"),
+    st.Page("app_pages/residual.py", title="The residual stream", icon=":material/stacked_line_chart:", url_path="residual"),
+    st.Page("app_pages/circuits.py", title="Circuits", icon=":material/account_tree:", url_path="circuits"),
+    st.Page("app_pages/lstm.py", title="The LSTM analogy", icon=":material/memory_alt:", url_path="lstm"),
+    st.Page("app_pages/train.py", title="Train a model", icon=":material/model_training:", url_path="train"),
 ]
 
 
@@ -110,5 +111,4 @@ def sidebar() -> None:
 navigation = st.navigation(PAGES)
 with st.sidebar:
     sidebar()
-st.session_state["shell_ran"] = True  # pages/shell.require_shell checks for it
 navigation.run()

@@ -10,11 +10,10 @@ import time
 from pathlib import Path
 
 import torch
-from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-SLIDERS = {"pages/patterns.py": ("dest", range(3, 15)), "pages/residual.py": ("rpos", range(1, 13))}
+SLIDERS = {"app_pages/patterns.py": ("dest", range(3, 15)), "app_pages/residual.py": ("rpos", range(1, 13))}
 
 
 def timed(fn) -> float:
@@ -24,13 +23,6 @@ def timed(fn) -> float:
 
 
 def main() -> None:
-    original = PagesManager.__init__
-
-    def init(self, *args, **kwargs):  # run every AppTest run through app.py, as the real server does
-        original(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    PagesManager.__init__ = init
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; model gelu-2l, the default prompt (16 tokens)")
     for page, (key, values) in SLIDERS.items():
         at = AppTest.from_file(APP, default_timeout=120)

@@ -9,7 +9,7 @@ from tests.app.helpers import open_page
 
 
 def page(**state) -> AppTest:
-    return open_page("pages/circuits.py", **state)
+    return open_page("app_pages/circuits.py", **state)
 
 
 def numbers(at: AppTest, pattern: str) -> list[float]:

@@ -1,21 +1,18 @@
 """AppTest for app.py and the Equivalence page: every widget moved, the checks read off the page."""
 
 import re
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
+from tests.app.helpers import open_page
+
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
 
 
 @pytest.fixture
 def app() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    assert not at.exception
-    return at
+    return open_page("app_pages/equivalence.py")
 
 
 def shown_differences(at: AppTest) -> dict[str, float]:

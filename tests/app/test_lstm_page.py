@@ -8,7 +8,7 @@ from tests.app.helpers import open_page
 
 
 def page(**state) -> AppTest:
-    return open_page("pages/lstm.py", **state)
+    return open_page("app_pages/lstm.py", **state)
 
 
 def checks(at: AppTest) -> list[float]:

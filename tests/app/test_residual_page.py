@@ -9,7 +9,7 @@ from tests.app.helpers import open_page
 
 
 def page(**state) -> AppTest:
-    return open_page("pages/residual.py", **state)
+    return open_page("app_pages/residual.py", **state)
 
 
 def checks_pass(at: AppTest, expected: int = 3) -> None:

@@ -7,7 +7,7 @@ from tests.app.helpers import open_page
 
 
 def train_page(**state) -> AppTest:
-    return open_page("pages/train.py", **state)
+    return open_page("app_pages/train.py", **state)
 
 
 def test_defaults_show_sizes_memory_and_queue():

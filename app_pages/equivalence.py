@@ -5,17 +5,15 @@ import inspect
 import pandas as pd
 import streamlit as st
 
-import mechlib
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
 from mechlib.device import BudgetError, budget_mb
-from pages.shell import require_shell, select_slider, slider, verdict
+from shell import select_slider, slider, verdict
 
-require_shell()
 
 
 @st.cache_data(max_entries=64, show_spinner="Computing both readings…")
-def compute(version: str, batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
+def compute(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
             dtype: str, position: int) -> equivalence.EquivalenceResult:
     return equivalence.run(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)
 
@@ -60,7 +58,7 @@ checks_area, wo_area = st.container(), st.container()  # filled below, once the 
 st.subheader("What each head adds at one position")
 position = slider("position", 0, seq - 1, min(seq - 1, 5), key="pos")
 try:
-    result = compute(mechlib.__version__, batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)
+    result = compute(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)
 except (ValueError, BudgetError) as error:
     st.error(str(error))
     st.stop()

@@ -1,26 +1,13 @@
-"""What every page shares with the app shell: URL-bound widgets, and the first-request guard."""
+"""What every page shares with the app shell: URL-bound widgets, this session's models, the input tokens."""
+
+import importlib
 
 import streamlit as st
-import torch
-from streamlit.runtime.pages_manager import PagesManager
 
-from mechlib import zoo
+from mechlib import data, zoo
+from mechlib.checks import UNK_SHARE_MAX
 from mechlib.config import ModelConfig
-from mechlib.equivalence import TOLERANCE
 from mechlib.model import Transformer
-
-
-def require_shell() -> None:
-    """Make sure app.py (sidebar, navigation) ran before this page in this run; call first on every page.
-
-    Because a pages/ folder exists, Streamlit 1.67 can run a page file alone in its legacy multipage
-    mode: on a fresh server's first request, and on every AppTest rerun. app.py leaves a mark just
-    before it runs the page; without it, switch that mode off (as st.navigation itself does) and
-    rerun, so app.py runs first.
-    """
-    if not st.session_state.pop("shell_ran", False):
-        PagesManager.uses_pages_directory = False
-        st.rerun()
 
 
 def slider(label: str, low: int, high: int, default: int, key: str, step: int = 1) -> int:
@@ -70,9 +57,15 @@ def verdict(passed: bool, good: str = "pass", bad: str = "FAIL") -> str:
     return f":green[**✓ {good}**]" if passed else f":red[**✗ {bad}**]"
 
 
-def model_tolerance(model: Transformer) -> float:
-    """The bound |a − b| ≤ tol · max(1, |ref|) for identities computed in the model's precision."""
-    return TOLERANCE[str(model.embed.W_E.dtype).removeprefix("torch.")]
+@st.cache_data(max_entries=256, show_spinner="Computing…")
+def _section(module: str, name: str, key: tuple, _model, args: tuple):
+    return getattr(importlib.import_module(module), name)(_model, *args)
+
+
+def section(experiment, key: tuple, model, *args):
+    """A page section's result: ``experiment(model, *args)`` from mechlib, cached server-wide on plain values
+    (the experiment's name, the model's key from ``current_model``, the arguments); never on the model itself."""
+    return _section(experiment.__module__, experiment.__name__, key, model, args)
 
 
 DEFAULT_PROMPT = "the class of an object is its type . the class of an object is"
@@ -92,23 +85,24 @@ def current_model() -> tuple[tuple, Transformer]:
     return ("session", digest), model
 
 
-def input_tokens(model: Transformer) -> tuple[tuple[int, ...], list[str]]:
-    """The tokens a page studies: a typed prompt (with <bos> first, cut to the context with a notice)
-    or random tokens from the sidebar's seed. Returns the ids and a readable label per position."""
-    tokenizer = model.tokenizer
+def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
+    """The tokens a page studies: a typed prompt (with <bos> first, cut to the context with a notice, and a
+    warning when many words are unknown) or random tokens from the sidebar's seed. Returns the ids and a
+    readable label per position."""
+    tokenizer, n_ctx = model.tokenizer, model.cfg.n_ctx
     kinds = ["prompt", "random tokens"] if tokenizer else ["random tokens"]
     kind = st.radio("input", kinds, key="input", bind="query-params", horizontal=True,
                     help=None if tokenizer else "This model has no tokenizer, so it reads random token ids.")
-    n_ctx = model.cfg.n_ctx
     if kind == "prompt":
         text = st.text_input("prompt", DEFAULT_PROMPT, key="prompt", bind="query-params", max_chars=2000)
-        ids = [0] + tokenizer.encode(text)
-        if len(ids) > n_ctx:
-            st.info(f"The prompt is {len(ids):,} tokens with <bos>; this model reads at most {n_ctx}, "
+        prompt = data.prompt_ids(tokenizer, text, n_ctx)
+        if prompt.full_length > n_ctx:
+            st.info(f"The prompt is {prompt.full_length:,} tokens with <bos>; this model reads at most {n_ctx}, "
                     f"so only the first {n_ctx} are used.")
-            ids = ids[:n_ctx]
+        if prompt.unknown_share > UNK_SHARE_MAX:
+            st.warning(f"{prompt.unknown_share:.0%} of the prompt's tokens are <unk>: this model's vocabulary does not "
+                       "know them, so it reads them all as one token. Use words from Python's documentation.")
+        ids = prompt.ids
     else:
-        g = torch.Generator().manual_seed(st.session_state["seed"])
-        ids = [0] + torch.randint(min(2, model.cfg.d_vocab - 1), model.cfg.d_vocab, (min(n_ctx, 24) - 1,), generator=g).tolist()
-    labels = tokenizer.labels(ids) if tokenizer else [str(i) for i in ids]
-    return tuple(ids), labels
+        ids = data.random_ids(model.cfg.d_vocab, min(n_ctx, 24), st.session_state["seed"])
+    return ids, data.token_labels(tokenizer, ids)

@@ -8,12 +8,10 @@ import pandas as pd
 import streamlit as st
 import torch
 
-import mechlib
-from mechlib import circuits, data, figures, induction, train, zoo
+from mechlib import circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
-from pages.shell import current_model, require_shell, slider, verdict
+from shell import current_model, slider, verdict
 
-require_shell()
 N_FREQUENT = 20  # tokens shown on token × token heatmaps
 
 
@@ -47,12 +45,12 @@ def names_of(model, ids: list[int]) -> list[str]:
 
 
 @st.cache_data(max_entries=8)
-def zero_layer(version: str, key: tuple, _model) -> dict:
+def zero_layer(key: tuple, _model) -> dict:
     model = _model
     P, frequent = corpus_bigrams(key, model)
     with torch.inference_mode():
         model_probs = (model.embed.W_E @ model.unembed.W_U + model.unembed.b_U).softmax(-1).double().cpu()
-    kl, entropy = train.bigram_kl(model)
+    kl, entropy = circuits.bigram_kl(model)
     ids = frequent[:N_FREQUENT]
     return {"kl": kl, "entropy": entropy, "ids": ids, "frequent": frequent[:200],
             "model": model_probs[ids][:, ids].numpy(), "corpus": P[ids][:, ids].numpy(),
@@ -60,7 +58,7 @@ def zero_layer(version: str, key: tuple, _model) -> dict:
 
 
 @st.cache_data(max_entries=16)
-def one_layer(version: str, key: tuple, _model, head: int, prompt: str) -> dict:
+def one_layer(key: tuple, _model, head: int, prompt: str) -> dict:
     model = _model
     _, frequent = corpus_bigrams(key, model)
     ids, vocabulary = frequent[:N_FREQUENT], frequent[:300]
@@ -79,7 +77,7 @@ def one_layer(version: str, key: tuple, _model, head: int, prompt: str) -> dict:
 
 
 @st.cache_data(max_entries=8)
-def two_layers(version: str, key: tuple, _model, seed: int) -> dict:
+def two_layers(key: tuple, _model, seed: int) -> dict:
     model = _model
     cfg = model.cfg
     length = induction.eval_length(cfg.n_ctx)
@@ -103,7 +101,7 @@ def two_layers(version: str, key: tuple, _model, seed: int) -> dict:
 
 
 @st.cache_data(max_entries=4, show_spinner="Scoring every checkpoint…")
-def checkpoints(version: str) -> dict:
+def checkpoints() -> dict:
     """Per shipped checkpoint of attn-only-2l: the best induction score and the in-context-learning score."""
     steps, best, icl = zoo.snapshot_steps("attn-only-2l"), [], []
     for step in steps:
@@ -115,7 +113,7 @@ def checkpoints(version: str) -> dict:
 
 
 @st.cache_data(max_entries=32)
-def snapshot(version: str, step: int, seed: int) -> dict:
+def snapshot(step: int, seed: int) -> dict:
     model = zoo.load_snapshot("attn-only-2l", step)
     scores = induction.head_scores(model)
     length = induction.eval_length(model.cfg.n_ctx)
@@ -139,7 +137,7 @@ if section == "zero layers":
     key, model = section_model("attn-only-0l", lambda m: m.cfg.n_layers == 0 and m.tokenizer is not None
                                and m.cfg.positional == "shortformer" and m.cfg.normalization is None,
                                "it needs no layers, a tokenizer, shortformer positions and no LayerNorm")
-    z = zero_layer(mechlib.__version__, key, model)
+    z = zero_layer(key, model)
     tokenizer = model.tokenizer
     st.markdown(f"KL(corpus bigrams ‖ model) = **{z['kl']:.3f} nats**, against the corpus's own conditional bigram "
                 f"entropy of **{z['entropy']:.3f} nats**: the model has learned the bigram statistics, as far as its "
@@ -168,7 +166,7 @@ elif section == "one layer":
     head = slider("head", 0, model.cfg.n_heads - 1, 0, key="c_head")
     prompt = st.text_input("prompt for the path expansion", "the class of an object is its type . the class of",
                            key="c_prompt", bind="query-params")
-    o = one_layer(mechlib.__version__, key, model, head, prompt)
+    o = one_layer(key, model, head, prompt)
     names = names_of(model, o["ids"])
     vocab_name = (lambda t: model.tokenizer.vocab[t]) if model.tokenizer else str
     left, right = st.columns(2)
@@ -200,7 +198,7 @@ elif section == "two layers":
     st.subheader("Two layers: composition and the induction circuit (attn-only-2l)")
     key, model = section_model("attn-only-2l", lambda m: m.cfg.n_layers >= 2 and circuits.composition_mb(m) <= budget_mb(),
                                f"it needs two layers or more, and composition scores within {budget_mb():,.0f} MB")
-    t = two_layers(mechlib.__version__, key, model, seed)
+    t = two_layers(key, model, seed)
     heads = [f"L1H{h}" for h in range(t["composition"]["K"].shape[1])]
     earlier = [f"L0H{h}" for h in range(t["composition"]["K"].shape[0])]
     baseline = circuits.random_baseline(t["d_model"])
@@ -245,8 +243,8 @@ else:
     fig = figures.training_curves(history)
     fig.add_vline(x=step, line_dash="dash", line_color="black", annotation_text=f"step {step:,}")
     st.plotly_chart(fig)
-    every = checkpoints(mechlib.__version__)
-    snap = snapshot(mechlib.__version__, step, seed)
+    every = checkpoints()
+    snap = snapshot(step, seed)
     best = snap["scores"]
     i = every["steps"].index(step)
     st.markdown(f"At step {step:,}: best previous-token score **{best['prev_token'].max():.2f}** (layer 0 head "

@@ -7,15 +7,13 @@ import pandas as pd
 import streamlit as st
 import torch
 
-import mechlib
 from mechlib import figures, patterns
-from mechlib.equivalence import compare
-from pages.shell import current_model, input_tokens, model_tolerance, require_shell, slider, verdict
+from mechlib.checks import compare, model_tolerance
+from shell import current_model, input_tokens, slider, verdict
 
-require_shell()
 
 @st.cache_data(max_entries=64, show_spinner="Running the model…")
-def analyse(version: str, key: tuple, _model, ids: tuple[int, ...], layer: int, head: int, dest: int, seed: int) -> dict:
+def analyse(key: tuple, _model, ids: tuple[int, ...], layer: int, head: int, dest: int, seed: int) -> dict:
     tolerance = model_tolerance(_model)
     _, cache = _model.run_with_cache(torch.tensor([ids]))
     cached = cache[f"blocks.{layer}.attn.hook_attn_scores"][0, head]
@@ -56,7 +54,7 @@ with left:
 with right:
     ids, labels = input_tokens(model)
 dest = slider("destination position for the messages", 0, len(ids) - 1, len(ids) - 1, key="dest")
-result = analyse(mechlib.__version__, key, model, ids, layer, head, dest, st.session_state["seed"])
+result = analyse(key, model, ids, layer, head, dest, st.session_state["seed"])
 tol = result["tolerance"]
 
 st.subheader("Regrouping: ((QKᵀ)V)O = (QKᵀ)(VO)")

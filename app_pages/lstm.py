@@ -6,16 +6,14 @@ import pandas as pd
 import streamlit as st
 import torch
 
-import mechlib
-from mechlib import figures, induction, lstm, residual, train, zoo
-from mechlib.equivalence import compare
-from pages.shell import require_shell, slider, verdict
+from mechlib import figures, induction, loss, lstm, residual, zoo
+from mechlib.checks import compare
+from shell import slider, verdict
 
-require_shell()
 
 
 @st.cache_data(max_entries=32, show_spinner="Running both models…")
-def side_by_side(version: str, ids: tuple[int, ...]) -> dict:
+def side_by_side(ids: tuple[int, ...]) -> dict:
     rnn, transformer = zoo.load("lstm"), zoo.load("attn-only-2l")
     tokens = torch.tensor([ids])
     _, states = rnn.run_with_states(tokens)
@@ -39,12 +37,12 @@ def side_by_side(version: str, ids: tuple[int, ...]) -> dict:
 
 
 @st.cache_data(max_entries=2, show_spinner="Reading the held-out text…")
-def heldout(version: str) -> dict[str, float]:
-    return {"transformer (attn-only-2l)": train.heldout_loss(zoo.load("attn-only-2l")), "LSTM": train.heldout_loss(zoo.load("lstm"))}
+def heldout() -> dict[str, float]:
+    return {"transformer (attn-only-2l)": loss.heldout_loss(zoo.load("attn-only-2l")), "LSTM": loss.heldout_loss(zoo.load("lstm"))}
 
 
 @st.cache_data(max_entries=16)
-def separating_test(version: str, length: int, seed: int) -> dict:
+def separating_test(length: int, seed: int) -> dict:
     rnn, transformer = zoo.load("lstm"), zoo.load("attn-only-2l")
     tokens = induction.repeated_sequences(transformer.cfg.d_vocab, length, 32, seed)
     losses = {"transformer (attn-only-2l)": induction.loss_by_position(transformer, tokens).numpy(),
@@ -85,7 +83,7 @@ else:
     length = slider("segment length", 4, 23, 12, key="l_seg")
     ids = tuple(induction.repeated_sequences(tokenizer.d_vocab, length, 1, st.session_state["seed"])[0].tolist())
 labels = tokenizer.labels(ids)
-view = side_by_side(mechlib.__version__, ids)
+view = side_by_side(ids)
 
 st.subheader("Memory carried forward: the cell state and the residual stream", anchor="cell-and-stream")
 left, right = st.columns(2)
@@ -128,9 +126,9 @@ st.table(pd.DataFrame({
 
 st.subheader("The test that separates them")
 length = slider("segment length for the test", 4, 23, 20, key="l_test")
-test = separating_test(mechlib.__version__, length, st.session_state["seed"])
+test = separating_test(length, st.session_state["seed"])
 st.plotly_chart(figures.loss_curves(test["losses"], test["labels"], length + 1))
-text_loss = heldout(mechlib.__version__)
+text_loss = heldout()
 rows = [{"model": name, "first occurrence (nats)": round(test["first_repeat"][name], 2),
          "second occurrence (nats)": round(test["second_repeat"][name], 2),
          "held-out text (nats per character)": round(text_loss[name], 3)} for name in test["losses"]]

@@ -8,9 +8,8 @@ import streamlit as st
 from mechlib import data, figures, io, train
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, require_budget
-from pages.shell import add_session_model, require_shell, select_slider, slider
+from shell import add_session_model, select_slider, slider
 
-require_shell()
 
 
 @st.cache_resource(max_entries=8, show_spinner="Tokenizing the text…")

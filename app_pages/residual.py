@@ -7,15 +7,13 @@ import pandas as pd
 import streamlit as st
 import torch
 
-import mechlib
 from mechlib import figures, residual
-from mechlib.equivalence import compare
-from pages.shell import current_model, input_tokens, model_tolerance, require_shell, slider, verdict
+from mechlib.checks import compare, model_tolerance
+from shell import current_model, input_tokens, slider, verdict
 
-require_shell()
 
 @st.cache_data(max_entries=64, show_spinner="Running the model…")
-def stream(version: str, key: tuple, _model, ids: tuple[int, ...], position: int) -> dict:
+def stream(key: tuple, _model, ids: tuple[int, ...], position: int) -> dict:
     tolerance = model_tolerance(_model)
     logits, cache = _model.run_with_cache(torch.tensor([ids]))
     book = residual.ledger(_model, cache)
@@ -39,7 +37,7 @@ def stream(version: str, key: tuple, _model, ids: tuple[int, ...], position: int
 
 
 @st.cache_data(max_entries=64)
-def attribution(version: str, key: tuple, _model, ids: tuple[int, ...], position: int, token: int) -> dict:
+def attribution(key: tuple, _model, ids: tuple[int, ...], position: int, token: int) -> dict:
     tolerance = model_tolerance(_model)
     logits, cache = _model.run_with_cache(torch.tensor([ids]))
     labels, shares = residual.direct_logit_attribution(_model, cache, torch.full((1, len(ids)), token))
@@ -65,7 +63,7 @@ with left:
     ids, labels = input_tokens(model)
 with right:
     position = slider("position", 0, len(ids) - 1, max(0, len(ids) - 2), key="rpos")
-result = stream(mechlib.__version__, key, model, ids, position)
+result = stream(key, model, ids, position)
 tol = result["tolerance"]
 vocab = model.tokenizer.labels if model.tokenizer else (lambda t: [str(i) for i in t])
 
@@ -112,11 +110,11 @@ with left:
 with right:
     other = st.selectbox("against", [None] + options, format_func=lambda t: "—" if t is None else vocab([t])[0],
                          key="dla_other", bind="query-params")
-dla = attribution(mechlib.__version__, key, model, ids, position, token)
+dla = attribution(key, model, ids, position, token)
 shares = dla["shares"]
 title = f"Each term's direct share of the logit of '{vocab([token])[0]}'"
 if other is not None:
-    shares = shares - attribution(mechlib.__version__, key, model, ids, position, other)["shares"]
+    shares = shares - attribution(key, model, ids, position, other)["shares"]
     title += f" minus that of '{vocab([other])[0]}'"
 st.plotly_chart(figures.component_bars(shares, dla["labels"], title, "logit (nats)", total=float(shares.sum())))
 st.markdown(f"The shares add up to the logit: max |difference| **{dla['check'].max_abs_diff:.1e}** — {verdict(dla['check'].passed)}. "

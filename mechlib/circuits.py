@@ -10,15 +10,36 @@ import torch
 from torch import Tensor
 
 from mechlib import residual
+from mechlib.data import bigram_distribution, builtin_text
 from mechlib.device import require_budget
 from mechlib.factored import FactoredMatrix
 from mechlib.model import Cache, Transformer
 
-__all__ = ["qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_scores", "composition_mb",
+__all__ = ["bigram_kl", "qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_scores", "composition_mb",
            "composition_ceiling", "random_baseline", "empirical_baseline", "copying_scores", "ov_eigenvalues",
            "path_expansion", "skip_trigrams", "virtual_ov"]
 
 MODES = ("Q", "K", "V")
+
+
+@torch.inference_mode()
+def bigram_kl(model: Transformer) -> tuple[float, float]:
+    """(KL(corpus bigrams ‖ model), the corpus's conditional bigram entropy), both in nats.
+
+    For a zero-layer shortformer model the logits of a token are exactly W_E[token] W_U + b_U.
+    """
+    cfg = model.cfg
+    if cfg.n_layers or cfg.positional != "shortformer" or cfg.normalization is not None:
+        raise ValueError("bigram_kl reads the logits as W_E W_U + b_U, which holds only for a zero-layer "
+                         "shortformer model without LayerNorm")
+    tokens = torch.tensor(model.tokenizer.encode(builtin_text()))
+    p_current, P = bigram_distribution(tokens, model.cfg.d_vocab)              # [V], [V V]
+    logits = model.embed.W_E @ model.unembed.W_U + model.unembed.b_U           # [V V]
+    log_Q = logits.double().cpu().log_softmax(-1)
+    log_P = torch.where(P > 0, P.log(), 0.0)
+    kl = (p_current[:, None] * P * (log_P - log_Q)).sum()
+    entropy = -(p_current[:, None] * P * log_P).sum()
+    return float(kl), float(entropy)
 
 
 def qk_circuit(model: Transformer, layer: int, head: int) -> FactoredMatrix:

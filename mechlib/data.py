@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json",
+__all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json", "token_labels", "Prompt", "prompt_ids", "random_ids",
            "builtin_text", "bigram_distribution", "validate_upload", "SOURCES", "training_lengths", "training_data", "MAX_UPLOAD_BYTES", "TextData", "RandomTokens", "WithRepeats", "Mix",
            "Data"]
 
@@ -118,6 +118,33 @@ def tokenizer_from_json(text: str) -> Tokenizer:
     if not all(isinstance(v, str) for v in fields["vocab"]):
         raise ValueError("the tokenizer's vocabulary must be strings")
     return kinds[fields["kind"]](fields["vocab"])
+
+
+def token_labels(tokenizer: Tokenizer | None, ids) -> list[str]:
+    """A readable label per id: the tokenizer's, or the id itself for a model without one."""
+    return tokenizer.labels(ids) if tokenizer else [str(int(i)) for i in ids]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt's ids, with <bos> first, cut to the context; what was cut and how much is unknown."""
+
+    ids: tuple[int, ...]
+    full_length: int     # ids with <bos> before cutting to the context
+    unknown_share: float  # share of the text's tokens that are <unk>
+
+
+def prompt_ids(tokenizer: Tokenizer, text: str, n_ctx: int) -> Prompt:
+    """<bos> and the encoded text, the first n_ctx ids of it."""
+    encoded = tokenizer.encode(text)
+    ids = (0, *encoded)
+    return Prompt(ids[:n_ctx], len(ids), encoded.count(1) / len(encoded) if encoded else 0.0)
+
+
+def random_ids(d_vocab: int, length: int, seed: int) -> tuple[int, ...]:
+    """<bos>, then ``length`` − 1 random ids from the seed (≥ 2: never <bos> or <unk> where there is room)."""
+    g = torch.Generator().manual_seed(seed)
+    return (0, *torch.randint(min(2, d_vocab - 1), d_vocab, (length - 1,), generator=g).tolist())
 
 
 def validate_upload(data: bytes, n_ctx: int) -> str:

@@ -12,35 +12,15 @@ import numpy as np
 import torch
 
 from mechlib import attention
+from mechlib.checks import TOLERANCE, Check, compare
 from mechlib.config import ModelConfig
 from mechlib.device import DEVICE, budget_mb, median_ms, require_budget
 
-__all__ = ["SEED_SIZES", "TOLERANCE", "Check", "EquivalenceResult", "steps", "estimate_mb", "lookup_mb", "run", "wo_row_owner"]
+__all__ = ["SEED_SIZES", "EquivalenceResult", "steps", "estimate_mb", "lookup_mb", "run", "wo_row_owner"]
 
 SEED_SIZES = {"batch": 1, "seq": 20, "d_vocab": 50_000, "d_model": 512, "n_heads": 8}
 LOOKUP_MAX_MACS = 2e9  # the one-hot product's multiply-adds allowed per request (about a second on 2 cores)
-# |a − b| ≤ tol · max(1, |reference|), element-wise.
-TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-@dataclass(frozen=True)
-class Check:
-    """One identity checked numerically: the largest |a − b| and the scaled bound it must meet."""
-
-    max_abs_diff: float
-    max_scaled_diff: float  # max |a − b| / max(1, |reference|)
-    tolerance: float
-
-    @property
-    def passed(self) -> bool:
-        return self.max_scaled_diff <= self.tolerance
-
-
-def compare(a: torch.Tensor, reference: torch.Tensor, tolerance: float) -> Check:
-    diff = (a - reference).abs()
-    scaled = diff / reference.abs().clamp(min=1.0)
-    return Check(float(diff.max()), float(scaled.max()), tolerance)
 
 
 @dataclass(frozen=True)

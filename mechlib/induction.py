@@ -8,6 +8,7 @@ copy (position q − L + 1) and copies it; a previous-token head attends to q �
 import torch
 from torch import Tensor
 
+from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
@@ -64,11 +65,9 @@ def induction_scores(patterns: Tensor, tokens: Tensor, length: int) -> Tensor:
 
 
 def second_half_loss(logits: Tensor, tokens: Tensor, length: int) -> Tensor:
-    """Mean cross-entropy (nats) predicting the second repeat's tokens 2…L from the ones before them."""
-    predict_from = torch.arange(length + 1, 2 * length)                           # positions L+1 … 2L−1
-    logprobs = logits[:, predict_from].log_softmax(-1)                            # [batch q d_vocab]
-    targets = tokens[:, predict_from + 1]                                         # [batch q]
-    return -logprobs.gather(-1, targets[..., None]).mean()
+    """Mean cross-entropy (nats) predicting the second repeat's tokens 2…L from the ones before them
+    (positions L+1 … 2L−1 predicting L+2 … 2L)."""
+    return next_token_loss(logits, tokens, "none")[:, length + 1 : 2 * length].mean()
 
 
 def duplicate_token_scores(patterns: Tensor, tokens: Tensor, length: int) -> Tensor:
@@ -110,8 +109,7 @@ def in_context_learning_score(model: Transformer, tokens: Tensor) -> float:
 @torch.inference_mode()
 def loss_by_position(model: Transformer | LSTM, tokens: Tensor) -> Tensor:
     """Mean next-token loss (nats) at each position, [pos − 1]: position p predicts token p + 1."""
-    logits = model(tokens.to(next(model.parameters()).device)).cpu()
-    return -logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None])[..., 0].mean(0)
+    return next_token_loss(model(tokens.to(next(model.parameters()).device)).cpu(), tokens, "none").mean(0)
 
 
 @torch.inference_mode()

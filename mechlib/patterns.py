@@ -13,7 +13,7 @@ from torch import Tensor
 
 from mechlib import attention
 from mechlib.device import median_ms
-from mechlib.equivalence import Check, compare
+from mechlib.checks import Check, compare
 from mechlib.model import Cache, Transformer
 
 __all__ = ["head_inputs", "Regrouping", "regrouping", "spectra", "non_uniqueness", "scores_from_W_QK", "Messages",

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import torch
 
-from mechlib import induction, io, zoo
+from mechlib import circuits, induction, io, zoo
 from mechlib.config import ModelConfig
-from mechlib.data import Data, TextData, Tokenizer, bigram_distribution, builtin_text, training_data
+from mechlib.data import Data, Tokenizer, training_data
 from mechlib.device import DEVICE, require_budget
+from mechlib.loss import heldout_loss, next_token_loss
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
@@ -85,7 +86,7 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
         model.train()
         tokens = data.batch(generator, batch_size, cfg.n_ctx).to(DEVICE)          # [batch pos]
         logits = model(tokens)                                                     # [batch pos d_vocab]
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+        loss = next_token_loss(logits, tokens)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -164,38 +165,6 @@ QUEUE = TrainingQueue(limit=2)
 # ---------------------------------------------------------------------------------------------
 # `python -m mechlib.train NAME`: rebuild a zoo model from scratch and print its figures.
 
-@torch.inference_mode()
-def heldout_loss(model: Transformer, batches: int = 8, batch_size: int = 32) -> float:
-    """Mean next-token loss (nats) on held-out built-in text, in fixed windows."""
-    stream = TextData(torch.tensor(model.tokenizer.encode(builtin_text("heldout"))))
-    generator, losses = torch.Generator().manual_seed(4321), []
-    for _ in range(batches):
-        tokens = stream.batch(generator, batch_size, model.cfg.n_ctx).to(DEVICE)
-        logits = model(tokens)
-        losses.append(float(torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())))
-    return sum(losses) / len(losses)
-
-
-@torch.inference_mode()
-def bigram_kl(model: Transformer) -> tuple[float, float]:
-    """(KL(corpus bigrams ‖ model), the corpus's conditional bigram entropy), both in nats.
-
-    For a zero-layer shortformer model the logits of a token are exactly W_E[token] W_U + b_U.
-    """
-    cfg = model.cfg
-    if cfg.n_layers or cfg.positional != "shortformer" or cfg.normalization is not None:
-        raise ValueError("bigram_kl reads the logits as W_E W_U + b_U, which holds only for a zero-layer "
-                         "shortformer model without LayerNorm")
-    tokens = torch.tensor(model.tokenizer.encode(builtin_text()))
-    p_current, P = bigram_distribution(tokens, model.cfg.d_vocab)              # [V], [V V]
-    logits = model.embed.W_E @ model.unembed.W_U + model.unembed.b_U           # [V V]
-    log_Q = logits.double().cpu().log_softmax(-1)
-    log_P = torch.where(P > 0, P.log(), 0.0)
-    kl = (p_current[:, None] * P * (log_P - log_Q)).sum()
-    entropy = -(p_current[:, None] * P * log_P).sum()
-    return float(kl), float(entropy)
-
-
 def rebuild(name: str) -> TrainResult:
     """Train zoo model ``name`` from scratch, deterministically, and write it (and its snapshots)."""
     recipe = zoo.RECIPES[name]
@@ -237,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n{name}: {model.cfg.n_params():,} parameters, {zoo.path(name).stat().st_size / 1e6:.2f} MB")
     print(f"held-out loss {heldout_loss(model):.3f} nats/token")
     if isinstance(model, Transformer) and model.cfg.n_layers == 0:
-        kl, entropy = bigram_kl(model)
+        kl, entropy = circuits.bigram_kl(model)
         print(f"KL(corpus bigrams ‖ model) {kl:.3f} nats; corpus bigram entropy {entropy:.3f} nats")
     else:
         print("  ".join(f"{k} {v:.3f}" for k, v in induction.evaluate(model).items()))

@@ -102,3 +102,23 @@ def test_text_windows_start_with_bos_and_mix_draws_from_both():
     assert 10 < int(consecutive.sum()) < 54
     with pytest.raises(DataError, match="fits twice"):
         data.WithRepeats(data.RandomTokens(5), (20,)).batch(g, 1, 10)
+
+
+def test_prompt_ids_put_bos_first_cut_to_the_context_and_count_unknown_words():
+    tokenizer = data.WordTokenizer.fit("the class of an object is its type", 100)
+    prompt = data.prompt_ids(tokenizer, "the class of zzz qqq", n_ctx=4)
+    assert prompt.ids == (0, *tokenizer.encode("the class of"))
+    assert prompt.full_length == 6
+    assert prompt.unknown_share == pytest.approx(2 / 5)
+    assert data.prompt_ids(tokenizer, "", n_ctx=4) == data.Prompt((0,), 1, 0.0)
+
+
+def test_random_ids_start_with_bos_avoid_unk_and_follow_the_seed():
+    ids = data.random_ids(50, 24, seed=3)
+    assert len(ids) == 24 and ids[0] == 0 and min(ids[1:]) >= 2 and max(ids) < 50
+    assert ids == data.random_ids(50, 24, seed=3) != data.random_ids(50, 24, seed=4)
+
+
+def test_token_labels_fall_back_to_ids_without_a_tokenizer():
+    assert data.token_labels(None, [0, 7]) == ["0", "7"]
+    assert data.token_labels(data.CharTokenizer.fit("ab c"), [0, 2]) == ["<bos>", data.CharTokenizer.fit("ab c").labels([2])[0]]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mechlib import equivalence
+from mechlib import checks, equivalence
 
 
 def test_seed_sizes_give_the_seed_table():
@@ -38,10 +38,10 @@ def test_compare_fails_on_a_perturbed_tensor():
     import torch
 
     reference = torch.linspace(-50, 50, 101, dtype=torch.float64)
-    assert equivalence.compare(reference.clone(), reference, 1e-10).passed
+    assert checks.compare(reference.clone(), reference, 1e-10).passed
     bumped = reference.clone()
     bumped[80] += 30 * 1e-10 * 31  # |ref| = 30 there: 31× the allowed 30 · 1e-10
-    check = equivalence.compare(bumped, reference, 1e-10)
+    check = checks.compare(bumped, reference, 1e-10)
     assert not check.passed and check.max_scaled_diff == pytest.approx(31e-10, rel=1e-3)
 
 

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from mechlib import io, train
+from mechlib import circuits, io, train
 from mechlib.config import ModelConfig
 from mechlib.data import RandomTokens, WithRepeats
 from mechlib.model import Transformer
@@ -140,4 +140,4 @@ def test_training_a_memory_busting_model_is_refused_before_it_starts(monkeypatch
 
 def test_bigram_kl_refuses_models_whose_logits_are_not_W_E_W_U():
     with pytest.raises(ValueError, match="only for a zero-layer shortformer model"):
-        train.bigram_kl(Transformer(CFG))
+        circuits.bigram_kl(Transformer(CFG))

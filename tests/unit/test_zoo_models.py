@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mechlib import induction, train, zoo
+from mechlib import circuits, induction, train, zoo
 
 MB = 1e6
 
@@ -27,7 +27,7 @@ def test_zoo_model_loads_read_only_with_its_tokenizer(name):
 
 
 def test_zero_layer_model_is_close_to_the_corpus_bigrams():
-    kl, entropy = train.bigram_kl(zoo.load("attn-only-0l"))
+    kl, entropy = circuits.bigram_kl(zoo.load("attn-only-0l"))
     assert 2.5 < entropy < 3.5  # nats: the corpus's conditional bigram entropy at 1,000 words
     assert kl < 0.1 * entropy
 

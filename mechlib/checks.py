@@ -1,0 +1,53 @@
+"""What every page's checks share: the identity check, its tolerance rule, and the verdict thresholds.
+
+An identity holds when |a − b| ≤ tol · max(1, |reference|) element-wise, with tol set by the precision
+the two sides were computed in. A role (previous-token head, induction head, …) is claimed only when
+its score passes the threshold named here, so a sentence on screen follows from a computed verdict.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["TOLERANCE", "Check", "compare", "tolerance_for", "model_tolerance", "PREV_TOKEN_MIN", "INDUCTION_MIN",
+           "ABLATION_DROP_MIN", "BIGRAM_KL_SHARE", "UNK_SHARE_MAX", "RANK_ZERO"]
+
+TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # tol in |a − b| ≤ tol · max(1, |reference|)
+
+PREV_TOKEN_MIN = 0.5      # a previous-token head puts at least half its attention on the previous position
+INDUCTION_MIN = 0.5       # an induction head puts at least half on the token after the earlier copy
+ABLATION_DROP_MIN = 0.5   # ablating a head "breaks" a score when the score falls by at least half
+BIGRAM_KL_SHARE = 0.1     # a zero-layer model "has learned the bigrams" when KL ≤ this share of the corpus's entropy
+UNK_SHARE_MAX = 0.2       # more than this share of <unk> tokens in a prompt gets a warning
+RANK_ZERO = 1e-10         # in float64, a singular value below this times σ₁ counts as zero
+
+
+@dataclass(frozen=True)
+class Check:
+    """One identity checked numerically: the largest |a − b| and the scaled bound it must meet."""
+
+    max_abs_diff: float
+    max_scaled_diff: float  # max |a − b| / max(1, |reference|)
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.max_scaled_diff <= self.tolerance
+
+
+def compare(a: torch.Tensor, reference: torch.Tensor, tolerance: float) -> Check:
+    """Check a against reference element-wise under |a − b| ≤ tolerance · max(1, |reference|)."""
+    diff = (a - reference).abs()
+    scaled = diff / reference.abs().clamp(min=1.0)
+    return Check(float(diff.max()), float(scaled.max()), tolerance)
+
+
+def tolerance_for(dtype: torch.dtype) -> float:
+    """The tolerance of identities computed in ``dtype``."""
+    return TOLERANCE[str(dtype).removeprefix("torch.")]
+
+
+def model_tolerance(model: nn.Module) -> float:
+    """The tolerance of identities computed in the model's own precision."""
+    return tolerance_for(next(model.parameters()).dtype)

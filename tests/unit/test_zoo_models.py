@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mechlib import circuits, induction, train, zoo
+from mechlib import circuits, induction, zoo
 
 MB = 1e6
 
@@ -63,3 +63,10 @@ def test_the_lstm_cannot_copy_a_random_segment_that_the_transformer_can():
     losses = {name: induction.loss_by_position(zoo.load(name), tokens)[induction.EVAL_LENGTH + 1:].mean().item()
               for name in ("attn-only-2l", "lstm")}
     assert losses["attn-only-2l"] < 0.5 and losses["lstm"] > 4.0  # nats; ln(103) ≈ 4.63 is a guess
+
+
+def test_readme_states_how_many_snapshots_ship():
+    """The README said 20 snapshots while 21 shipped (step 0 and every 300 steps to 6,000)."""
+    readme = (zoo.CHECKPOINTS.parents[1] / "README.md").read_text()
+    steps = zoo.snapshot_steps("attn-only-2l")
+    assert steps[0] == 0 and f"{len(steps)} snapshots" in readme

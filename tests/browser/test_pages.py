@@ -31,6 +31,23 @@ def plot_text(page) -> str:
     return page.locator('[data-testid="stPlotlyChart"]').first.inner_text()
 
 
+PATHS = {"": "Addition Machines", "equivalence": "Multi-head attention is a sum over heads",
+         "patterns": "Patterns and messages", "residual": "The residual stream", "circuits": "Circuits",
+         "lstm": "The LSTM analogy", "train": "Train a transformer"}
+
+
+def test_every_page_has_its_own_url_path(browser, server):
+    """Each path, opened first in a fresh browser context, shows its own page (a link a teacher shares)."""
+    for path, title in PATHS.items():
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(f"{server}/{path}")
+        page.locator("h1").first.wait_for(timeout=60_000)
+        assert page.locator("h1").first.inner_text() == title, path
+        assert "Page not found" not in page.inner_text("body"), path
+        context.close()
+
+
 def test_equivalence_page_loads_draws_and_reacts(page, server):
     page.goto(f"{server}/equivalence")  # the fresh server's first request: a deep link
     wait_for_app(page, charts=3)

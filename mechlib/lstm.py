@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from mechlib.config import JsonConfig
+from mechlib.shared import Shareable
 
 __all__ = ["LSTMConfig", "LSTM", "cell_contributions"]
 
@@ -60,14 +61,13 @@ class Recurrence(nn.Module):
             self.register_parameter(f"bias_hh_l{k}", nn.Parameter(torch.empty(4 * cfg.d_hidden)))
 
 
-class LSTM(nn.Module):
+class LSTM(Shareable):
     """Embedding W_E [d_vocab d_model] → n_layers LSTM layers → W_U [d_hidden d_vocab] + b_U."""
 
     def __init__(self, cfg: LSTMConfig):
         super().__init__()
         self.cfg = cfg
         self.tokenizer = None  # a mechlib.data.Tokenizer for models trained on text; saved with the model
-        self.read_only = False
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
         self.rnn = Recurrence(cfg)
         self.W_U = nn.Parameter(torch.empty(cfg.d_hidden, cfg.d_vocab))
@@ -79,11 +79,6 @@ class LSTM(nn.Module):
             for param in self.rnn.parameters():
                 param.uniform_(-bound, bound, generator=generator)
             self.W_U.normal_(0.0, cfg.d_hidden**-0.5, generator=generator)
-
-    def train(self, mode: bool = True) -> "LSTM":
-        if mode and self.read_only:
-            raise RuntimeError("this model is shared read-only between sessions, so .train() is refused; work on a copy")
-        return super().train(mode)
 
     def forward(self, tokens: Tensor, states: dict[str, Tensor] | None = None) -> Tensor:
         """tokens [batch pos] -> logits [batch pos d_vocab]. With ``states``, it receives per layer

@@ -3,8 +3,10 @@
 The residual stream is literal: ``resid = resid + attn_out`` and ``resid = resid + mlp_out``.
 ``state_dict()`` keys equal those of a TransformerLens ``HookedTransformer`` of the same config
 (``embed.W_E``, ``pos_embed.W_pos``, ``blocks.0.attn.W_Q``, …, ``unembed.W_U``), so weights move
-between the two without renaming. The forward never mutates the model: there are no hooks;
-``run_with_cache`` passes a dict down and each step writes its activation under its hook name.
+between the two without renaming. The forward never mutates the model: there are no hooks. Each
+activation passes through a ``Recorder`` under its hook name, ``q = rec("hook_q", …)``; the one that
+``run_with_cache`` or ``ablate`` makes writes the cache and replaces ablated heads' z, and the plain
+forward's null recorder hands every tensor back untouched.
 """
 
 import copy
@@ -16,12 +18,61 @@ from torch import Tensor, nn
 from mechlib import attention
 from mechlib.config import ModelConfig
 from mechlib.device import require_budget
+from mechlib.shared import Shareable
 
-__all__ = ["Transformer"]
+__all__ = ["Transformer", "Recorder", "NO_RECORDING"]
 
 Cache = dict[str, Tensor]
 Ablation = dict[tuple[int, int], Tensor]  # (layer, head) -> the z [d_head] that replaces the head's output
 LN_EPS = 1e-5
+
+
+class Recorder:
+    """What one forward pass records and changes, by TransformerLens hook name.
+
+    ``rec(name, x)`` returns x. On the way it replaces the z of ablated heads (at
+    ``blocks.{layer}.attn.hook_z``) and, when there is a cache, writes x into it under its name.
+    ``rec.scope("attn")`` is the recorder of a submodule: its names get the prefix ``attn.``.
+    The null recorder (no cache, no ablation) is not ``active``: nothing needs to be seen or changed.
+    """
+
+    def __init__(self, cache: Cache | None = None, ablate: Ablation | None = None):
+        self.cache, self.prefix = cache, ""
+        self.replacements: dict[str, dict[int, Tensor]] = {}  # hook name -> {head: z [d_head]}
+        for (layer, head), z in (ablate or {}).items():
+            self.replacements.setdefault(f"blocks.{layer}.attn.hook_z", {})[head] = z
+
+    @property
+    def recording(self) -> bool:
+        """True when activations are written into a cache (compute cache-only tensors then)."""
+        return self.cache is not None
+
+    @property
+    def active(self) -> bool:
+        """False for the null recorder: no activation is seen or changed, so a fused kernel may compute a layer."""
+        return self.cache is not None or bool(self.replacements)
+
+    def scope(self, name: str) -> "Recorder":
+        if not self.active:
+            return self
+        inner = copy.copy(self)
+        inner.prefix = f"{self.prefix}{name}."
+        return inner
+
+    def __call__(self, name: str, x: Tensor) -> Tensor:
+        if not self.active:
+            return x
+        name = self.prefix + name
+        if name in self.replacements:  # a head's output replaced by a given z: the model is not touched
+            x = x.clone()
+            for head, z in self.replacements[name].items():
+                x[..., head, :] = z                              # x: [batch pos head d_head]
+        if self.cache is not None:
+            self.cache[name] = x
+        return x
+
+
+NO_RECORDING = Recorder()
 
 
 class Embed(nn.Module):
@@ -44,13 +95,10 @@ class LayerNorm(nn.Module):
         self.w = nn.Parameter(torch.ones(cfg.d_model))
         self.b = nn.Parameter(torch.zeros(cfg.d_model))
 
-    def forward(self, x: Tensor, cache: Cache | None, name: str) -> Tensor:  # x: [batch pos d_model]
+    def forward(self, x: Tensor, rec: Recorder = NO_RECORDING) -> Tensor:  # x: [batch pos d_model]
         x = x - x.mean(-1, keepdim=True)
-        scale = (x.pow(2).mean(-1, keepdim=True) + LN_EPS).sqrt()  # [batch pos 1]
-        normalized = x / scale * self.w + self.b
-        if cache is not None:
-            cache[f"{name}.hook_scale"], cache[f"{name}.hook_normalized"] = scale, normalized
-        return normalized
+        scale = rec("hook_scale", (x.pow(2).mean(-1, keepdim=True) + LN_EPS).sqrt())  # [batch pos 1]
+        return rec("hook_normalized", x / scale * self.w + self.b)                     # [batch pos d_model]
 
 
 class Attention(nn.Module):
@@ -68,24 +116,16 @@ class Attention(nn.Module):
         self.register_buffer("mask", torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool).tril())
         self.register_buffer("IGNORE", torch.tensor(float("-inf")))
 
-    def forward(self, qk_input: Tensor, v_input: Tensor, cache: Cache | None, name: str,
-                ablate: dict[int, Tensor] | None = None) -> Tensor:
-        q = attention.qkv(qk_input, self.W_Q, self.b_Q)          # [batch pos head d_head]
-        k = attention.qkv(qk_input, self.W_K, self.b_K)          # [batch pos head d_head]
-        v = attention.qkv(v_input, self.W_V, self.b_V)           # [batch pos head d_head]
-        scores = attention.attention_scores(q, k)                # [batch head query_pos key_pos]
-        pattern = attention.attention_pattern(scores)            # [batch head query_pos key_pos]
-        z = attention.mix_values(pattern, v)                     # [batch pos head d_head]
-        if ablate:  # a head's output replaced by a given z (zeros, or its mean): the model is not touched
-            z = z.clone()
-            for head, replacement in ablate.items():
-                z[..., head, :] = replacement
-        out = attention.concat_then_project(z, self.W_O) + self.b_O  # [batch pos d_model]
-        if cache is not None:
-            cache.update({f"{name}.hook_q": q, f"{name}.hook_k": k, f"{name}.hook_v": v,
-                          f"{name}.hook_attn_scores": scores, f"{name}.hook_pattern": pattern,
-                          f"{name}.hook_z": z, f"{name}.hook_result": attention.per_head_results(z, self.W_O)})
-        return out
+    def forward(self, qk_input: Tensor, v_input: Tensor, rec: Recorder = NO_RECORDING) -> Tensor:
+        q = rec("hook_q", attention.qkv(qk_input, self.W_Q, self.b_Q))          # [batch pos head d_head]
+        k = rec("hook_k", attention.qkv(qk_input, self.W_K, self.b_K))          # [batch pos head d_head]
+        v = rec("hook_v", attention.qkv(v_input, self.W_V, self.b_V))           # [batch pos head d_head]
+        scores = rec("hook_attn_scores", attention.attention_scores(q, k))      # [batch head query_pos key_pos]
+        pattern = rec("hook_pattern", attention.attention_pattern(scores))      # [batch head query_pos key_pos]
+        z = rec("hook_z", attention.mix_values(pattern, v))                     # [batch pos head d_head]
+        if rec.recording:  # n_heads times the output's size, so computed for the cache only
+            rec("hook_result", attention.per_head_results(z, self.W_O))         # [batch pos head d_model]
+        return attention.concat_then_project(z, self.W_O) + self.b_O            # [batch pos d_model]
 
 
 class MLP(nn.Module):
@@ -98,12 +138,10 @@ class MLP(nn.Module):
         self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
         self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
 
-    def forward(self, x: Tensor, cache: Cache | None, name: str) -> Tensor:
-        pre = x @ self.W_in + self.b_in                          # [batch pos d_mlp]
-        post = F.gelu(pre)                                       # [batch pos d_mlp]
-        if cache is not None:
-            cache[f"{name}.hook_pre"], cache[f"{name}.hook_post"] = pre, post
-        return post @ self.W_out + self.b_out                    # [batch pos d_model]
+    def forward(self, x: Tensor, rec: Recorder = NO_RECORDING) -> Tensor:
+        pre = rec("hook_pre", x @ self.W_in + self.b_in)                        # [batch pos d_mlp]
+        post = rec("hook_post", F.gelu(pre))                                    # [batch pos d_mlp]
+        return post @ self.W_out + self.b_out                                   # [batch pos d_model]
 
 
 class Block(nn.Module):
@@ -118,31 +156,22 @@ class Block(nn.Module):
                 self.ln2 = LayerNorm(cfg)
             self.mlp = MLP(cfg)
 
-    def _norm(self, ln: str, x: Tensor, cache: Cache | None, name: str) -> Tensor:
-        return getattr(self, ln)(x, cache, f"{name}.{ln}") if self.cfg.normalization == "LN" else x
+    def _norm(self, ln: str, x: Tensor, rec: Recorder) -> Tensor:
+        return getattr(self, ln)(x, rec.scope(ln)) if self.cfg.normalization == "LN" else x
 
-    def forward(self, resid: Tensor, pos_embed: Tensor, cache: Cache | None, name: str,
-                ablate: dict[int, Tensor] | None = None) -> Tensor:
-        if cache is not None:
-            cache[f"{name}.hook_resid_pre"] = resid
-        v_input = self._norm("ln1", resid, cache, name)
+    def forward(self, resid: Tensor, pos_embed: Tensor, rec: Recorder = NO_RECORDING) -> Tensor:
+        resid = rec("hook_resid_pre", resid)                                    # [batch pos d_model]
+        v_input = self._norm("ln1", resid, rec)
         # Shortformer: positions enter the queries and keys only (after ln1, as in TransformerLens),
         # never the residual stream.
         qk_input = v_input + pos_embed if self.cfg.positional == "shortformer" else v_input
-        attn_out = self.attn(qk_input, v_input, cache, f"{name}.attn", ablate)
+        attn_out = rec("hook_attn_out", self.attn(qk_input, v_input, rec.scope("attn")))
         resid = resid + attn_out                                 # the residual stream: read, then add
-        if cache is not None:
-            cache[f"{name}.hook_attn_out"] = attn_out
         if not self.cfg.attn_only:
-            if cache is not None:
-                cache[f"{name}.hook_resid_mid"] = resid
-            mlp_out = self.mlp(self._norm("ln2", resid, cache, name), cache, f"{name}.mlp")
+            resid = rec("hook_resid_mid", resid)
+            mlp_out = rec("hook_mlp_out", self.mlp(self._norm("ln2", resid, rec), rec.scope("mlp")))
             resid = resid + mlp_out
-            if cache is not None:
-                cache[f"{name}.hook_mlp_out"] = mlp_out
-        if cache is not None:
-            cache[f"{name}.hook_resid_post"] = resid
-        return resid
+        return rec("hook_resid_post", resid)
 
 
 class Unembed(nn.Module):
@@ -152,11 +181,11 @@ class Unembed(nn.Module):
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab))
 
 
-class Transformer(nn.Module):
+class Transformer(Shareable):
     """A decoder-only transformer: embed + pos → n_layers × (attention [+ MLP]) → [LN] → unembed.
 
     Weights are drawn from ``cfg.seed`` on the CPU (the same numbers on every device) with
-    fan-in scaling: W_E, W_pos ~ N(0, 1); W_Q, W_K, W_V, W_in, W_U ~ N(0, 1/d_model);
+    fan-in scaling: W_E ~ N(0, 1); W_pos ~ N(0, 0.1²); W_Q, W_K, W_V, W_in, W_U ~ N(0, 1/d_model);
     W_O ~ N(0, 1/(n_heads·d_head)); W_out ~ N(0, 1/d_mlp); biases 0; LayerNorm w = 1, b = 0.
     """
 
@@ -170,7 +199,6 @@ class Transformer(nn.Module):
         if cfg.normalization == "LN":
             self.ln_final = LayerNorm(cfg)
         self.unembed = Unembed(cfg)
-        self.read_only = False
         self.tokenizer = None  # a mechlib.data.Tokenizer for models trained on text; saved with the model
         self._init_weights()
 
@@ -184,33 +212,6 @@ class Transformer(nn.Module):
                 leaf = name.rsplit(".", 1)[-1]
                 if leaf in std:
                     param.normal_(0.0, std[leaf], generator=generator)
-
-    def _refuse_if_shared(self, what: str) -> None:
-        if self.read_only:
-            raise RuntimeError(f"this model is shared read-only between sessions, so {what} is refused; "
-                               "work on a copy: copy.deepcopy(model) is an independent, trainable model")
-
-    def train(self, mode: bool = True) -> "Transformer":
-        if mode:
-            self._refuse_if_shared(".train()")
-        return super().train(mode)
-
-    def requires_grad_(self, requires_grad: bool = True) -> "Transformer":
-        if requires_grad:
-            self._refuse_if_shared("requires_grad_(True)")
-        return super().requires_grad_(requires_grad)
-
-    def load_state_dict(self, *args, **kwargs):
-        self._refuse_if_shared("load_state_dict")
-        return super().load_state_dict(*args, **kwargs)
-
-    def __deepcopy__(self, memo: dict) -> "Transformer":
-        """A copy is the student's own: writable and trainable, whatever the original was."""
-        copy_ = Transformer.__new__(Transformer)
-        memo[id(self)] = copy_
-        copy_.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items()})
-        copy_.read_only = False
-        return copy_.requires_grad_(True)
 
     def _check_tokens(self, tokens: Tensor) -> Tensor:
         if tokens.dtype not in (torch.int32, torch.int64):
@@ -226,6 +227,13 @@ class Transformer(nn.Module):
         require_budget(self.cfg.estimate_mb(batch=tokens.shape[0]), f"a batch of {tokens.shape[0]} sequences")
         return tokens
 
+    def _check_ablation(self, ablate: Ablation | None) -> Ablation | None:
+        for layer, head in ablate or {}:
+            if not (0 <= layer < self.cfg.n_layers and 0 <= head < self.cfg.n_heads):
+                raise ValueError(f"ablate names head ({layer}, {head}), but the model has heads (0…{self.cfg.n_layers - 1}, "
+                                 f"0…{self.cfg.n_heads - 1})")
+        return ablate
+
     def forward(self, tokens: Tensor, cache: Cache | None = None, ablate: Ablation | None = None) -> Tensor:
         """tokens [batch pos] (or [pos]) -> logits [batch pos d_vocab]; fills ``cache`` when given one.
 
@@ -233,18 +241,14 @@ class Transformer(nn.Module):
         (zeros for zero-ablation, the head's mean z for mean-ablation); the model itself is never changed.
         """
         tokens = self._check_tokens(tokens).to(self.embed.W_E.device)
-        embed = self.embed.W_E[tokens]                           # [batch pos d_model]
-        pos_embed = self.pos_embed.W_pos[: tokens.shape[1]].expand_as(embed)  # [batch pos d_model]
-        if cache is not None:
-            cache["hook_embed"], cache["hook_pos_embed"] = embed, pos_embed
+        rec = Recorder(cache, self._check_ablation(ablate))
+        embed = rec("hook_embed", self.embed.W_E[tokens])                                   # [batch pos d_model]
+        pos_embed = rec("hook_pos_embed", self.pos_embed.W_pos[: tokens.shape[1]].expand_as(embed))  # [batch pos d_model]
         resid = embed if self.cfg.positional == "shortformer" else embed + pos_embed
-        by_layer: dict[int, dict[int, Tensor]] = {}
-        for (layer, head), replacement in (ablate or {}).items():
-            by_layer.setdefault(layer, {})[head] = replacement
         for layer, block in enumerate(self.blocks):
-            resid = block(resid, pos_embed, cache, f"blocks.{layer}", by_layer.get(layer))
+            resid = block(resid, pos_embed, rec.scope(f"blocks.{layer}"))
         if self.cfg.normalization == "LN":
-            resid = self.ln_final(resid, cache, "ln_final")
+            resid = self.ln_final(resid, rec.scope("ln_final"))
         return resid @ self.unembed.W_U + self.unembed.b_U      # [batch pos d_vocab]
 
     @torch.inference_mode()

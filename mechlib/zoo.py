@@ -1,9 +1,10 @@
 """Shared models: a process-wide, lock-protected cache of read-only models.
 
 Thirty sessions may ask for the same model at once; it is built once (a lock per key) and every
-session gets the same object, in eval mode with ``requires_grad_(False)`` and ``read_only`` set
-(``.train()``, ``requires_grad_(True)`` and ``load_state_dict`` on it raise). Nobody mutates a cached
+session gets the same object, made read-only by ``Shareable.share`` (eval mode, no gradients;
+``.train()``, ``requires_grad_(True)`` and ``load_state_dict`` on it raise). Nobody mutates a cached
 model: interventions are forward arguments or work on a copy (``copy.deepcopy`` gives a writable one).
+A zoo model is a ``Model``: a ``Transformer`` or, for the LSTM analogy, an ``LSTM``.
 """
 
 import hashlib
@@ -17,21 +18,23 @@ from pathlib import Path
 from mechlib import data, io
 from mechlib.config import ModelConfig
 from mechlib.device import DEVICE
-from mechlib.lstm import LSTMConfig
+from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
-__all__ = ["random_model", "from_checkpoint", "LIMITS", "Recipe", "RECIPES", "names", "load",
+__all__ = ["Model", "random_model", "from_checkpoint", "LIMITS", "Recipe", "RECIPES", "names", "load",
            "snapshot_steps", "load_snapshot", "history"]
 
 # Models of each kind kept at once; the least recently used goes first.
 LIMITS = {"random": 8, "upload": 16, "zoo": 8, "snapshot": 24}
 
+Model = Transformer | LSTM  # what the zoo and io.load give back
+
 _lock = threading.Lock()
-_models: OrderedDict[tuple, Transformer] = OrderedDict()
+_models: OrderedDict[tuple, Model] = OrderedDict()
 _key_locks: dict[tuple, threading.Lock] = {}
 
 
-def _lookup(key: tuple) -> Transformer | None:
+def _lookup(key: tuple) -> Model | None:
     with _lock:
         if key in _models:
             _models.move_to_end(key)
@@ -39,7 +42,7 @@ def _lookup(key: tuple) -> Transformer | None:
     return None
 
 
-def _cached(key: tuple, build: Callable[[], Transformer]) -> Transformer:
+def _cached(key: tuple, build: Callable[[], Model]) -> Model:
     if (model := _lookup(key)) is not None:
         return model
     with _lock:
@@ -48,8 +51,7 @@ def _cached(key: tuple, build: Callable[[], Transformer]) -> Transformer:
         try:
             if (model := _lookup(key)) is not None:
                 return model
-            model = build().to(DEVICE).eval().requires_grad_(False)
-            model.read_only = True
+            model = build().to(DEVICE).share()
             with _lock:
                 _models[key] = model
                 same_kind = [k for k in _models if k[0] == key[0]]
@@ -67,7 +69,7 @@ def random_model(cfg: ModelConfig) -> Transformer:
     return _cached(("random", cfg, str(DEVICE)), lambda: Transformer(cfg))
 
 
-def from_checkpoint(data: bytes) -> tuple[str, Transformer]:
+def from_checkpoint(data: bytes) -> tuple[str, Model]:
     """(sha256 digest, the shared read-only model) of an uploaded checkpoint; raises ``io.CheckpointError``."""
     digest = hashlib.sha256(data).hexdigest()
     return digest, _cached(("upload", digest, str(DEVICE)), lambda: io.load(data))
@@ -141,7 +143,7 @@ def _known(name: str) -> None:
         raise KeyError(f"no zoo model named {name!r}; choose from {', '.join(RECIPES)}")
 
 
-def load(name: str) -> Transformer:
+def load(name: str) -> Model:
     """The shared, read-only zoo model ``name``, with ``model.cfg`` and ``model.tokenizer``."""
     _known(name)
     return _cached(("zoo", name, str(DEVICE)), lambda: io.load(path(name)))
@@ -154,7 +156,7 @@ def snapshot_steps(name: str) -> list[int]:
     return sorted(int(p.stem.removeprefix("step_")) for p in folder.glob("step_*.safetensors")) if folder.is_dir() else []
 
 
-def load_snapshot(name: str, step: int) -> Transformer:
+def load_snapshot(name: str, step: int) -> Model:
     """The shared, read-only model ``name`` as it was at training step ``step``."""
     if step not in snapshot_steps(name):
         raise KeyError(f"{name} has no snapshot at step {step}; it has {snapshot_steps(name)}")

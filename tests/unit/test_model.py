@@ -7,7 +7,7 @@ import torch
 
 from mechlib import attention
 from mechlib.config import ModelConfig
-from mechlib.model import Transformer
+from mechlib.model import NO_RECORDING, Recorder, Transformer
 from tests.unit.helpers import with_random_biases
 
 CONFIGS = [
@@ -16,6 +16,8 @@ CONFIGS = [
     ModelConfig(n_layers=2, d_model=24, n_heads=3, d_vocab=30, n_ctx=10, d_mlp=48, normalization="LN", seed=3),
     ModelConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=13, n_ctx=9, normalization="LN", positional="shortformer"),
     ModelConfig(n_layers=1, d_model=12, n_heads=2, d_head=8, d_vocab=9, n_ctx=6, d_mlp=20),
+    ModelConfig(n_layers=2, d_model=16, n_heads=4, d_vocab=13, n_ctx=7, d_mlp=32, positional="shortformer"),
+    ModelConfig(n_layers=0, d_model=8, n_heads=2, d_vocab=11, n_ctx=5, normalization="LN", positional="shortformer"),
 ]
 
 
@@ -131,15 +133,6 @@ def test_bad_tokens_get_clear_messages():
         model(torch.zeros(1, 3))
 
 
-def test_read_only_model_refuses_training_but_its_copy_trains():
-    model = Transformer(CONFIGS[1]).eval().requires_grad_(False)
-    model.read_only = True
-    with pytest.raises(RuntimeError, match="read-only"):
-        model.train()
-    own = copy.deepcopy(model).train()
-    assert own.training and not own.read_only and all(p.requires_grad for p in own.parameters())
-
-
 @torch.inference_mode()
 def test_shortformer_adds_positions_after_ln1_as_transformerlens_does():
     cfg = CONFIGS[3]  # shortformer with LayerNorm
@@ -171,3 +164,123 @@ def test_ablation_is_functional_and_replaces_one_heads_output():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     again, _ = model.run_with_cache(tokens)
     assert torch.equal(again, clean)  # nothing lingers: no hooks
+
+
+def reference_forward(model: Transformer, tokens, ablate=None):
+    """The formula written out from the weights, one line per step, with TransformerLens's hook names."""
+    cfg, cache = model.cfg, {}
+
+    def layer_norm(x, ln, name):
+        x = x - x.mean(-1, keepdim=True)
+        cache[name + ".hook_scale"] = scale = (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+        cache[name + ".hook_normalized"] = normalized = x / scale * ln.w + ln.b
+        return normalized
+
+    cache["hook_embed"] = embed = model.embed.W_E[tokens]
+    cache["hook_pos_embed"] = pos = model.pos_embed.W_pos[: tokens.shape[1]].expand_as(embed)
+    resid = embed if cfg.positional == "shortformer" else embed + pos
+    for layer, block in enumerate(model.blocks):
+        p, attn = f"blocks.{layer}.", block.attn
+        cache[p + "hook_resid_pre"] = resid
+        x = layer_norm(resid, block.ln1, p + "ln1") if cfg.normalization == "LN" else resid
+        qk_input = x + pos if cfg.positional == "shortformer" else x
+        cache[p + "attn.hook_q"] = q = attention.qkv(qk_input, attn.W_Q, attn.b_Q)
+        cache[p + "attn.hook_k"] = k = attention.qkv(qk_input, attn.W_K, attn.b_K)
+        cache[p + "attn.hook_v"] = v = attention.qkv(x, attn.W_V, attn.b_V)
+        cache[p + "attn.hook_attn_scores"] = scores = attention.attention_scores(q, k)
+        cache[p + "attn.hook_pattern"] = pattern = attention.attention_pattern(scores)
+        z = attention.mix_values(pattern, v)
+        for (ablated_layer, head), replacement in (ablate or {}).items():
+            if ablated_layer == layer:
+                z[..., head, :] = replacement
+        cache[p + "attn.hook_z"] = z
+        cache[p + "attn.hook_result"] = attention.per_head_results(z, attn.W_O)
+        cache[p + "hook_attn_out"] = attn_out = attention.concat_then_project(z, attn.W_O) + attn.b_O
+        resid = resid + attn_out
+        if cfg.d_mlp is not None:
+            cache[p + "hook_resid_mid"] = resid
+            x = layer_norm(resid, block.ln2, p + "ln2") if cfg.normalization == "LN" else resid
+            cache[p + "mlp.hook_pre"] = pre = x @ block.mlp.W_in + block.mlp.b_in
+            cache[p + "mlp.hook_post"] = post = torch.nn.functional.gelu(pre)
+            cache[p + "hook_mlp_out"] = mlp_out = post @ block.mlp.W_out + block.mlp.b_out
+            resid = resid + mlp_out
+        cache[p + "hook_resid_post"] = resid
+    if cfg.normalization == "LN":
+        resid = layer_norm(resid, model.ln_final, "ln_final")
+    return resid @ model.unembed.W_U + model.unembed.b_U, cache
+
+
+def ablations(cfg):
+    """No ablation, and (when there are layers) two heads replaced: one by zeros, one by a random z."""
+    if not cfg.n_layers:
+        return [None]
+    z = torch.randn(cfg.d_head, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    return [None, {(cfg.n_layers - 1, 0): z, (0, cfg.n_heads - 1): torch.zeros(cfg.d_head, dtype=torch.float64)}]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@torch.inference_mode()
+def test_forward_and_cache_are_the_formula_bit_for_bit(cfg):
+    model = with_random_biases(Transformer(cfg).double())
+    tokens = tokens_for(cfg)
+    for ablate in ablations(cfg):
+        logits, cache = model.run_with_cache(tokens, ablate=ablate)
+        expected_logits, expected = reference_forward(model, tokens, ablate)
+        assert set(cache) == set(expected)
+        assert all(torch.equal(cache[key], expected[key]) for key in expected), [k for k in expected if not torch.equal(cache[k], expected[k])]
+        assert torch.equal(logits, expected_logits)
+        assert torch.equal(model(tokens, ablate=ablate), expected_logits)  # the same without a cache
+
+
+def test_per_head_results_are_computed_only_for_the_cache(monkeypatch):
+    cfg = CONFIGS[2]
+    model, calls = Transformer(cfg), []
+    counting = attention.per_head_results
+    monkeypatch.setattr(attention, "per_head_results", lambda *args: calls.append(1) or counting(*args))
+    with torch.inference_mode():
+        model(tokens_for(cfg))
+        model(tokens_for(cfg), ablate={(0, 1): torch.zeros(cfg.d_head)})
+    assert calls == []
+    model.run_with_cache(tokens_for(cfg))
+    assert len(calls) == cfg.n_layers
+
+
+def test_the_null_recorder_hands_every_tensor_back_and_a_recording_one_writes_hook_names():
+    x = torch.arange(24.0).reshape(1, 2, 3, 4)  # [batch pos head d_head]
+    assert not NO_RECORDING.active and NO_RECORDING.scope("blocks.0") is NO_RECORDING
+    assert NO_RECORDING("hook_z", x) is x
+    cache = {}
+    recorder = Recorder(cache).scope("blocks.1").scope("attn")
+    assert recorder.active and recorder.recording
+    assert recorder("hook_z", x) is x and cache == {"blocks.1.attn.hook_z": x}
+
+
+def test_an_ablating_recorder_replaces_only_the_named_heads_z():
+    x = torch.arange(24.0).reshape(1, 2, 3, 4)  # [batch pos head d_head]
+    recorder = Recorder(ablate={(1, 2): torch.full((4,), -1.0)})
+    assert recorder.active and not recorder.recording
+    assert recorder.scope("blocks.0").scope("attn")("hook_z", x) is x      # another layer: untouched
+    assert recorder.scope("blocks.1").scope("attn")("hook_q", x) is x      # another hook: untouched
+    z = recorder.scope("blocks.1").scope("attn")("hook_z", x)
+    assert torch.all(z[..., 2, :] == -1) and torch.equal(z[..., :2, :], x[..., :2, :])
+    assert x.min() == 0  # the input itself is not written to
+
+
+def test_ablating_a_head_the_model_does_not_have_is_refused():
+    cfg = CONFIGS[1]  # 1 layer, 4 heads
+    model = Transformer(cfg)
+    for head in [(1, 0), (0, 4), (-1, 0)]:
+        with pytest.raises(ValueError, match=r"ablate names head \(.*\), but the model has heads \(0…0, 0…3\)"):
+            model(tokens_for(cfg), ablate={head: torch.zeros(cfg.d_head)})
+
+
+def test_initial_weights_have_the_documented_spreads():
+    """The class docstring: W_E ~ N(0, 1), W_pos ~ N(0, 0.1²), fan-in scaling for the rest (within 5 %)."""
+    cfg = ModelConfig(n_layers=1, d_model=256, n_heads=4, d_vocab=512, n_ctx=512, d_mlp=512)
+    weights = dict(Transformer(cfg).named_parameters())
+    expected = {"embed.W_E": 1.0, "pos_embed.W_pos": 0.1, "blocks.0.attn.W_Q": 256**-0.5, "blocks.0.attn.W_K": 256**-0.5,
+                "blocks.0.attn.W_V": 256**-0.5, "blocks.0.attn.W_O": (4 * 64) ** -0.5, "blocks.0.mlp.W_in": 256**-0.5,
+                "blocks.0.mlp.W_out": 512**-0.5, "unembed.W_U": 256**-0.5}
+    for name, std in expected.items():
+        assert abs(weights[name].std().item() / std - 1) < 0.05, (name, weights[name].std().item(), std)
+        assert abs(weights[name].mean().item()) < 0.05 * std, name

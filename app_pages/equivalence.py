@@ -97,9 +97,11 @@ with wo_area:
     d_head = d_model // n_heads
     row = slider("a row of the concatenated W_O", 0, d_model - 1, min(d_model - 1, 70), key="row")
     head, local = equivalence.wo_row_owner(row, d_head)
+    check = result.wo_block_check
     st.markdown(f"Row **{row}** belongs to head **{row} // {d_head} = {head}**, as row **{row} mod {d_head} = {local}** "
-                f"of its block W_O[{head}]. Every row checked against its block: "
-                f"{verdict(result.wo_block_check, 'all equal exactly', 'mismatch')}.")
+                f"of its block W_O[{head}]. Every row of the matrix that concat → W_O multiplies (read off "
+                f"`concat_then_project` itself) against that row of the block the per-head path uses: max |difference| "
+                f"**{check.max_abs_diff:.1e}** — {verdict(check.passed, 'every row in its block', 'rows out of order')}.")
     st.plotly_chart(figures.wo_blocks(n_heads, d_head, d_model, row))
 
 summed = result.head_results.sum(0)
@@ -114,5 +116,7 @@ st.markdown(f"Σ_h result_h vs the attention output at position {position} (batc
 with st.expander("Under the hood"):
     st.markdown("`mechlib.attention`: the two readings the checks compare (z: `[batch, pos, head, d_head]`).")
     st.code(inspect.getsource(attention.concat_then_project) + "\n" + inspect.getsource(attention.per_head_results))
+    st.markdown("`mechlib.equivalence`: the row-block check, on the matrix read off `concat_then_project`.")
+    st.code(inspect.getsource(equivalence.concatenated_W_O) + "\n" + inspect.getsource(equivalence.wo_block_check))
     st.code(f"result = mechlib.equivalence.run(batch={batch}, seq={seq}, d_vocab={d_vocab}, d_model={d_model}, "
             f"n_heads={n_heads}, seed={seed}, dtype={dtype!r}, position={position})")

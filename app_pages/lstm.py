@@ -1,64 +1,39 @@
 """The LSTM analogy (seed 002): cell state ~ residual stream, input gate ~ patterns, output gate ~ messages,
 computed on two models trained on the same data, and where the analogy breaks."""
 
-import numpy as np
 import pandas as pd
 import streamlit as st
-import torch
 
-from mechlib import figures, induction, loss, lstm, residual, zoo
-from mechlib.checks import compare
+from mechlib import analogy, figures
+from mechlib.checks import LOSS_TIE, UNK_SHARE_MAX, Check
 from shell import slider, verdict
 
+pair = st.cache_data(max_entries=1)(analogy.pair)
+side_by_side = st.cache_data(max_entries=32, show_spinner="Running both models…")(analogy.side_by_side)
+separating_test = st.cache_data(max_entries=16, show_spinner="Running the test…")(analogy.separating_test)
+heldout = st.cache_data(max_entries=1, show_spinner="Reading the held-out text…")(analogy.heldout)
 
 
-@st.cache_data(max_entries=32, show_spinner="Running both models…")
-def side_by_side(ids: tuple[int, ...]) -> dict:
-    rnn, transformer = zoo.load("lstm"), zoo.load("attn-only-2l")
-    tokens = torch.tensor([ids])
-    _, states = rnn.run_with_states(tokens)
-    contributions = lstm.cell_contributions(states)[0]                        # [pos d_hidden]
-    cell = states["L0.cell"][0]                                               # [pos d_hidden]
-    _, cache = transformer.run_with_cache(tokens)
-    book = residual.ledger(transformer, cache)
-    final = residual.final_residual(transformer, cache)[0, -1]
-    return {
-        "cell": cell.T.numpy(), "input": states["L0.input"][0].T.numpy(), "output": states["L0.output"][0].T.numpy(),
-        "forget": states["L0.forget"][0].flatten().numpy(),
-        "step_shares": (contributions @ (cell[-1] / cell[-1].norm())).numpy(), "cell_norm": cell[-1].norm().item(),
-        "cell_check": compare(contributions.sum(0), cell[-1], 1e-5),
-        "depth": residual.boundaries(transformer, cache)[:, 0].norm(dim=-1).numpy(),
-        "patterns": induction.stacked_patterns(cache, 2)[:, 0].numpy(),
-        "messages": cache["blocks.1.attn.hook_result"][0].norm(dim=-1).T.numpy(),             # [head pos]
-        "component_labels": book.labels, "component_shares": (book.terms[:, 0, -1] @ (final / final.norm())).numpy(),
-        "resid_norm": final.norm().item(),
-        "resid_check": compare(book.terms[:, 0, -1].sum(0), final, 1e-5),
-    }
+def check_line(what: str, check: Check) -> str:
+    return (f"{what}: max |difference| **{check.max_abs_diff:.1e}**, scaled **{check.max_scaled_diff:.1e}** against "
+            f"a tolerance of **{check.tolerance:.0e}** · max(1, |value|) — {verdict(check.passed)}")
 
 
-@st.cache_data(max_entries=2, show_spinner="Reading the held-out text…")
-def heldout() -> dict[str, float]:
-    return {"transformer (attn-only-2l)": loss.heldout_loss(zoo.load("attn-only-2l")), "LSTM": loss.heldout_loss(zoo.load("lstm"))}
+def ranking(ranked: analogy.Ranking, what: str, unit: str, losses: dict[str, float]) -> str:
+    if ranked.tie:
+        return f"{what} neither model predicts better: their losses are within {LOSS_TIE} {unit}."
+    return (f"{what} the {ranked.better} predicts better: {losses[ranked.better]:.3f} against "
+            f"{losses[ranked.worse]:.3f} {unit}, {ranked.margin:.2f} lower.")
 
 
-@st.cache_data(max_entries=16)
-def separating_test(length: int, seed: int) -> dict:
-    rnn, transformer = zoo.load("lstm"), zoo.load("attn-only-2l")
-    tokens = induction.repeated_sequences(transformer.cfg.d_vocab, length, 32, seed)
-    losses = {"transformer (attn-only-2l)": induction.loss_by_position(transformer, tokens).numpy(),
-              "LSTM": induction.loss_by_position(rnn, tokens).numpy()}
-    second = slice(length + 1, 2 * length)  # predicting tokens 2 … L of the repeat
-    return {"losses": losses, "labels": transformer.tokenizer.labels(tokens[0].tolist()),
-            "second_repeat": {name: float(values[second].mean()) for name, values in losses.items()},
-            "first_repeat": {name: float(values[1:length].mean()) for name, values in losses.items()}}
-
-
+sizes = pair()
 st.title("The LSTM analogy")
 st.markdown(
     "An LSTM and a transformer both carry a state forward and update it by **adding**. The LSTM's cell state is "
     "its long-term memory, passed from step to step; the transformer's residual stream is passed from layer to "
     "layer. Both models below were trained here on the same data (text with repeated spans and repeated random "
-    "characters) and are about the same size: the LSTM `lstm` (168,265 parameters) and `attn-only-2l` (165,225)."
+    f"characters): the LSTM `{analogy.RNN}` with {sizes.rnn_params:,} parameters and `{analogy.TRANSFORMER}` with "
+    f"{sizes.transformer_params:,}."
 )
 st.latex(r"\text{LSTM: } c_t = f_t \odot c_{t-1} + i_t \odot g_t,\ \ h_t = o_t \odot \tanh(c_t)"
          r"\qquad \text{transformer: } x_{\ell+1} = x_\ell + \textstyle\sum_h h_\ell(x_\ell)")
@@ -73,66 +48,75 @@ st.table(pd.DataFrame({
 }).set_index("LSTM"))
 
 kind = st.radio("tokens", ["repeated random sequence", "prompt"], key="l_input", bind="query-params", horizontal=True)
-tokenizer = zoo.load("attn-only-2l").tokenizer
 if kind == "prompt":
-    text = st.text_input("prompt", "def f(x): return x + 1 ; def f(x): return x", key="l_prompt", bind="query-params")
-    ids = tuple([0] + tokenizer.encode(text))[:48]
-    if len(tokenizer.encode(text)) + 1 > 48:
-        st.info("The prompt is longer than attn-only-2l's context of 48 characters; only the first 48 are used.")
+    prompt = analogy.prompt(st.text_input("prompt", "def f(x): return x + 1 ; def f(x): return x", key="l_prompt",
+                                          bind="query-params"))
+    if prompt.full_length > sizes.n_ctx:
+        st.info(f"The prompt is {prompt.full_length} characters with <bos>, longer than the models' context of "
+                f"{sizes.n_ctx}; only the first {sizes.n_ctx} are used.")
+    if prompt.unknown_share > UNK_SHARE_MAX:
+        st.warning(f"{prompt.unknown_share:.0%} of the prompt's characters are <unk>: the models never saw them.")
+    ids = prompt.ids
 else:
-    length = slider("segment length", 4, 23, 12, key="l_seg")
-    ids = tuple(induction.repeated_sequences(tokenizer.d_vocab, length, 1, st.session_state["seed"])[0].tolist())
-labels = tokenizer.labels(ids)
+    ids = analogy.repeated_ids(slider("segment length", 4, sizes.max_segment, 12, key="l_seg"), st.session_state["seed"])
 view = side_by_side(ids)
 
 st.subheader("Memory carried forward: the cell state and the residual stream", anchor="cell-and-stream")
 left, right = st.columns(2)
-left.plotly_chart(figures.time_heatmap(view["cell"], labels, "LSTM cell state c_t over time", "c"))
-right.plotly_chart(figures.depth_heatmap(view["depth"], labels))
+left.plotly_chart(figures.time_heatmap(view.cell, view.labels, "LSTM cell state c_t over time", "c"))
+right.plotly_chart(figures.depth_heatmap(view.depth, view.labels))
 st.subheader("What to take in: the input gate and the attention patterns", anchor="gates-and-patterns")
 left, right = st.columns(2)
-left.plotly_chart(figures.time_heatmap(view["input"], labels, "LSTM input gate i_t over time", "i", scale="gate"))
-right.plotly_chart(figures.patterns_grid(view["patterns"], "attn-only-2l's attention patterns"))
+left.plotly_chart(figures.time_heatmap(view.input_gate, view.labels, "LSTM input gate i_t over time", "i", scale="gate"))
+right.plotly_chart(figures.patterns_grid(view.patterns, f"{analogy.TRANSFORMER}'s attention patterns"))
 st.subheader("What to emit: the output gate and the messages", anchor="gates-and-messages")
 left, right = st.columns(2)
-left.plotly_chart(figures.time_heatmap(view["output"], labels, "LSTM output gate o_t over time", "o", scale="gate"))
-right.plotly_chart(figures.time_heatmap(view["messages"], labels, "‖message‖ each layer-1 head sends (rows: heads)",
-                                        "‖h(x)‖", scale="size"))
+left.plotly_chart(figures.time_heatmap(view.output_gate, view.labels, "LSTM output gate o_t over time", "o", scale="gate"))
+right.plotly_chart(figures.time_heatmap(view.messages, view.labels, "‖message‖ each last-layer head sends",
+                                        "‖h(x)‖", scale="size", rows="head"))
 
 st.subheader("The additive update in both")
-forget = view["forget"]
 left, right = st.columns(2)
-left.plotly_chart(figures.histogram(forget, "Forget-gate values over every step and cell", "f"))
-left.markdown(f"Median forget gate **{np.median(forget):.2f}**; {100 * (forget > 0.9).mean():.0f} % of values above 0.9. "
-              "At f = 1 the update would be pure addition, as in the residual stream.")
-right.plotly_chart(figures.component_bars(view["step_shares"], [f"{i}: {l}" for i, l in enumerate(labels)],
+left.plotly_chart(figures.histogram(view.forget, "Forget-gate values over every step and cell", "f"))
+left.markdown(f"Median forget gate **{view.forget_median:.2f}**; {view.forget_open_share:.0%} of values above "
+              f"{analogy.FORGET_OPEN}. At f = 1 the update would be pure addition, as in the residual stream.")
+right.plotly_chart(figures.component_bars(view.step_shares, [f"{i}: {l}" for i, l in enumerate(view.labels)],
                                           "What each step left in the final cell, along ĉ_T", "length along ĉ_T",
-                                          total=view["cell_norm"]))
-right.markdown(f"The steps' contributions (Π f) ⊙ i ⊙ g sum to the final cell state: max |difference| "
-               f"**{view['cell_check'].max_abs_diff:.1e}** — {verdict(view['cell_check'].passed)}. The transformer's "
-               f"components sum to its final residual: max |difference| **{view['resid_check'].max_abs_diff:.1e}** — "
-               f"{verdict(view['resid_check'].passed)}.")
-st.plotly_chart(figures.component_bars(view["component_shares"], view["component_labels"],
-                                       "What each component left in attn-only-2l's final residual (last position), "
-                                       "along x̂_final", "length along x̂_final", total=view["resid_norm"]))
+                                          total=view.cell_norm, categories="time step: token"))
+right.markdown(check_line("The steps' contributions (Π f) ⊙ i ⊙ g against the final cell state", view.cell_check))
+right.markdown(check_line(f"{analogy.TRANSFORMER}'s components against its residual after the last block",
+                          view.resid_check))
+st.plotly_chart(figures.component_bars(view.component_shares, view.component_labels,
+                                       f"What each component left in {analogy.TRANSFORMER}'s final residual "
+                                       "(last position), along x̂_final", "length along x̂_final", total=view.resid_norm))
 
 st.subheader("Where the analogy breaks")
 st.table(pd.DataFrame({
-    "LSTM": ["sequential: step t waits for step t − 1", "a forget gate erases memory", "gates multiply element-wise, within one position",
-             "a fixed-width memory (d_hidden numbers)"],
-    "transformer": ["parallel over the whole sequence", "nothing is ever erased from the residual stream",
-                    "attention moves information between positions", "attention can reach any earlier token directly"],
+    "LSTM": ["sequential: step t waits for step t − 1", "a forget gate f_t < 1 shrinks what the cell holds",
+             "gates multiply element-wise, within one position", "a fixed-width memory (d_hidden numbers)"],
+    "transformer": ["parallel over the whole sequence", "no gate multiplies the stream, but a layer can cancel a "
+                    "direction by adding its negative", "attention moves information between positions",
+                    "attention can reach any earlier token directly"],
 }))
+if view.cancelling:
+    st.markdown(f"Here {len(view.cancelling)} of {len(view.component_labels)} components write against x̂_final "
+                f"(the red bars above: {', '.join(view.cancelling)}), **{view.cancelled:.2f}** along it in all, "
+                f"against a final length of {view.resid_norm:.2f}.")
+else:
+    st.markdown("Here no component writes against x̂_final: nothing was cancelled along it.")
 
 st.subheader("The test that separates them")
-length = slider("segment length for the test", 4, 23, 20, key="l_test")
-test = separating_test(length, st.session_state["seed"])
-st.plotly_chart(figures.loss_curves(test["losses"], test["labels"], length + 1))
-text_loss = heldout()
-rows = [{"model": name, "first occurrence (nats)": round(test["first_repeat"][name], 2),
-         "second occurrence (nats)": round(test["second_repeat"][name], 2),
-         "held-out text (nats per character)": round(text_loss[name], 3)} for name in test["losses"]]
-st.dataframe(pd.DataFrame(rows), hide_index=True)
-st.markdown("The transformer's induction head finds each token's earlier copy and predicts the repeat almost "
-            "perfectly; the LSTM would have to hold the whole random segment in its fixed-size state, and cannot. "
-            "On ordinary held-out text, where local statistics matter most, the LSTM does better.")
+length = slider("segment length for the test", 4, sizes.max_segment, sizes.test_segment, key="l_test")
+test, text = separating_test(length, st.session_state["seed"]), heldout()
+st.plotly_chart(figures.loss_curves(test.losses, test.labels, length + 1))
+st.dataframe(pd.DataFrame([{"model": name, "first occurrence (nats)": round(test.first_repeat[name], 2),
+                            "second occurrence (nats)": round(test.second_repeat[name], 2),
+                            "held-out text (nats per character)": round(text.losses[name], 3)}
+                           for name in test.losses]), hide_index=True)
+st.markdown("Loss from the first occurrence to the second: " + ", ".join(
+    f"{name} {test.first_repeat[name]:.2f} → {test.second_repeat[name]:.2f} nats ({-test.reduction[name]:+.0%})"
+    for name in test.losses) + ". " + ranking(test.repeat, "On the second occurrence", "nats", test.second_repeat))
+st.markdown("An induction head can look up each token's earlier copy; the LSTM would have to hold the whole random "
+            "segment in its fixed-size state." if test.transformer_wins else
+            "Here the transformer does not use the earlier copy to beat the LSTM on the repeat.")
+st.markdown(ranking(text.text, "On ordinary held-out text", "nats per character", text.losses))

@@ -58,7 +58,8 @@ with right:
     st.markdown("**Data and optimiser**")
     source = st.radio("data", list(data.SOURCES), index=list(data.SOURCES).index("random"), format_func=data.SOURCES.get,
                       key="t_data", bind="query-params",
-                      help="Random tokens with a repeated segment form induction heads fastest (about 15 s here).")
+                      help="Random tokens with a repeated segment form induction heads fastest. Each training "
+                           "shows its measured time as it runs.")
     repeats = 1.0 if source == "random" else st.slider(
         "share of sequences with a repeated segment", 0.0, 1.0, 0.5, 0.1, key="t_repeats", bind="query-params",
         help="Half of them repeat a span of the text, half a span of random tokens of the same vocabulary.")
@@ -91,7 +92,12 @@ if st.button("Train", type="primary", icon=":material/play_arrow:"):
     progress = st.progress(0.0, text="Waiting for a free training slot…")
     chart = st.empty()
     history: list[dict[str, float]] = []
-    shown = {"at": 0.0}
+    clock = {"start": 0.0, "shown": 0.0}  # monotonic seconds: training start, last progress update
+
+    def timing(step: int) -> str:
+        """The measured time so far, and the rate."""
+        elapsed = time.monotonic() - clock["start"]
+        return f"{elapsed:.0f} s · {step / elapsed:.1f} steps/s"
 
     def waiting(position: int) -> None:
         progress.progress(0.0, text=f"Waiting for a free training slot: position {position} in the queue "
@@ -99,25 +105,27 @@ if st.button("Train", type="primary", icon=":material/play_arrow:"):
 
     def step_done(step: int) -> None:
         """At most twice a second; any Streamlit call is where a rerun or a closed tab stops the training."""
-        if time.monotonic() - shown["at"] > 0.5:
-            shown["at"] = time.monotonic()
-            progress.progress(step / steps, text=f"step {step:,} of {steps:,}")
+        if time.monotonic() - clock["shown"] > 0.5:
+            clock["shown"] = time.monotonic()
+            progress.progress(step / steps, text=f"step {step:,} of {steps:,} · {timing(step)}")
 
     def evaluated(p: train.Progress) -> None:
         history.append({"step": p.step, "loss": p.loss, **p.metrics})
         progress.progress(p.step / p.steps, text=f"step {p.step:,} of {p.steps:,} · loss {p.loss:.3f} nats/token · "
-                                                  f"{p.elapsed_s:.0f} s")
+                                                  f"{timing(p.step)}")
         chart.plotly_chart(figures.training_curves(history))
 
     with train.QUEUE.slot(waiting):
+        clock["start"] = time.monotonic()
         result = train.train(cfg, batches, steps, lr=lr, seed=seed, eval_every=max(1, steps // 40),
                              on_progress=evaluated, on_step=step_done, tokenizer=tokenizer)
+        seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
     st.session_state["trained_count"] = st.session_state.get("trained_count", 0) + 1
     extras = "".join([", MLP" if mlp else "", ", LN" if ln else ""])
     label = (f"trained #{st.session_state['trained_count']}: {n_layers}L×{n_heads}H d{d_model} ctx {n_ctx}{extras}, "
              f"{data.SOURCES[source]}, {steps} steps, lr {lr:g}, seed {seed}")
     add_session_model(label, io.to_bytes(result.model))
-    st.session_state["last_trained"] = {"label": label, "history": result.history}
+    st.session_state["last_trained"] = {"label": label, "history": result.history, "seconds": seconds}
     st.rerun()
 
 last = st.session_state.get("last_trained")
@@ -128,6 +136,7 @@ if last and last["label"] in st.session_state.get("session_models", {}):
     final = last["history"][-1]
     scores = f" · induction {final['induction']:.2f} · previous-token {final['prev_token']:.2f}" if "induction" in final else ""
     st.success(f"Final loss {final['loss']:.3f} nats/token, second-repeat loss {final['repeat_loss']:.3f}{scores}. "
+               f"Training took {last['seconds']:.1f} s here ({final['step'] / last['seconds']:.1f} steps/s). "
                "It is in the sidebar's model list for this session.")
     st.download_button("Download as .safetensors", st.session_state["session_models"][last["label"]],
                        file_name="addition-machines-model.safetensors", mime="application/octet-stream",

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 __all__ = ["TOLERANCE", "Check", "compare", "tolerance_for", "model_tolerance", "PREV_TOKEN_MIN", "INDUCTION_MIN",
-           "ABLATION_DROP_MIN", "BIGRAM_KL_SHARE", "UNK_SHARE_MAX", "RANK_ZERO"]
+           "ABLATION_DROP_MIN", "BIGRAM_KL_SHARE", "UNK_SHARE_MAX", "RANK_ZERO", "SEPARATE_MAX", "OVERLAP_SIGMAS",
+           "LOSS_TIE"]
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # tol in |a − b| ≤ tol · max(1, |reference|)
 
@@ -21,6 +22,9 @@ ABLATION_DROP_MIN = 0.5   # ablating a head "breaks" a score when the score fall
 BIGRAM_KL_SHARE = 0.1     # a zero-layer model "has learned the bigrams" when KL ≤ this share of the corpus's entropy
 UNK_SHARE_MAX = 0.2       # more than this share of <unk> tokens in a prompt gets a warning
 RANK_ZERO = 1e-10         # in float64, a singular value below this times σ₁ counts as zero
+SEPARATE_MAX = 0.01       # two heads write into separate subspaces when their overlap (mean squared cosine) is at most this
+OVERLAP_SIGMAS = 3.0      # a mean overlap within this many standard deviations of the random one is "about random"
+LOSS_TIE = 0.01           # two models' losses (nats) closer than this: neither predicts better
 
 
 @dataclass(frozen=True)

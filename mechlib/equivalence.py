@@ -1,7 +1,9 @@
 """The Equivalence page's experiment: concat-then-project equals project-per-head-then-sum.
 
 W_O is H row blocks of size d_head × d_model stacked: row r of the concatenated W_O is row
-r mod d_head of head r // d_head's block. So concat(z_1 … z_H) @ W_O = Σ_h z_h @ W_O[h].
+r mod d_head of head r // d_head's block. So concat(z_1 … z_H) @ W_O = Σ_h z_h @ W_O[h]. The block
+check reads the concatenated matrix off ``attention.concat_then_project`` itself (its output for unit
+inputs), so it fails if that function stacked the blocks in another order than the one it concatenates z in.
 ``run`` builds random weights from a seed, computes both readings in float32 and float64 and
 returns plain values (numbers, numpy arrays) that a cache can keep.
 """
@@ -16,7 +18,8 @@ from mechlib.checks import TOLERANCE, Check, compare
 from mechlib.config import ModelConfig
 from mechlib.device import DEVICE, budget_mb, median_ms, require_budget
 
-__all__ = ["SEED_SIZES", "EquivalenceResult", "steps", "estimate_mb", "lookup_mb", "run", "wo_row_owner"]
+__all__ = ["SEED_SIZES", "EquivalenceResult", "steps", "estimate_mb", "lookup_mb", "run", "wo_row_owner",
+           "concatenated_W_O", "wo_block_check"]
 
 SEED_SIZES = {"batch": 1, "seq": 20, "d_vocab": 50_000, "d_model": 512, "n_heads": 8}
 LOOKUP_MAX_MACS = 2e9  # the one-hot product's multiply-adds allowed per request (about a second on 2 cores)
@@ -33,7 +36,7 @@ class EquivalenceResult:
     head_results: np.ndarray          # [head, d_model] result_h at the chosen position
     attn_out: np.ndarray              # [d_model] concat-then-project at the chosen position
     position_check: Check             # Σ_h result_h vs attn_out at the chosen position
-    wo_block_check: bool              # W_O concat rows equal the stacked per-head blocks exactly
+    wo_block_check: Check             # rows of the W_O concat_then_project multiplies vs the per-head blocks W_O[h]
 
 
 def steps(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> list[dict[str, str]]:
@@ -73,9 +76,25 @@ def lookup_mb(batch: int, seq: int, d_vocab: int, d_model: int, dtype: str) -> f
     return (batch * seq * d_vocab * size + cast + batch * seq * d_model * size) / 1e6
 
 
-def wo_row_owner(row: int, d_head: int) -> tuple[int, int]:
+def wo_row_owner(row: int | torch.Tensor, d_head: int) -> tuple[int | torch.Tensor, int | torch.Tensor]:
     """Row r of the concatenated W_O is row r mod d_head of head r // d_head's block."""
     return row // d_head, row % d_head
+
+
+def concatenated_W_O(W_O: torch.Tensor) -> torch.Tensor:
+    """The (head·d_head) × d_model matrix that ``attention.concat_then_project`` multiplies, read off the function:
+    row r is its output for the concatenated z = e_r, i.e. z = 1 at head r // d_head, entry r mod d_head."""
+    H, L, _ = W_O.shape
+    unit = torch.eye(H * L, dtype=W_O.dtype, device=W_O.device).view(H * L, H, L)  # [(head d_head) head d_head]
+    return attention.concat_then_project(unit, W_O)                                  # [(head d_head) d_model]
+
+
+def wo_block_check(W_O: torch.Tensor, concatenated: torch.Tensor, tolerance: float) -> Check:
+    """Row r of the concatenated W_O [(head d_head) d_model] against row r mod d_head of the per-head path's
+    block W_O[r // d_head] ([head d_head d_model]), for every r."""
+    rows = torch.arange(concatenated.shape[0], device=W_O.device)
+    head, local = wo_row_owner(rows, W_O.shape[1])
+    return compare(concatenated, W_O[head, local], tolerance)
 
 
 def _readings(x: torch.Tensor, W_Q, W_K, W_V, W_O, dtype: torch.dtype):
@@ -126,11 +145,10 @@ def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: in
     time_ms = {"concat_then_project": median_ms(lambda: attention.concat_then_project(z, Wo)),
                "per_head_then_sum": median_ms(lambda: attention.per_head_results(z, Wo).sum(-2))}
     at = per_head[0, position]                                     # [head d_model]
-    W_O_concat = W_O.reshape(H * L, D)                             # [(head d_head) d_model]
     return EquivalenceResult(
         checks=checks, time_ms=time_ms, lookups=lookups, lookup_mb=lookup_sizes,
         head_norms=at.norm(dim=-1).cpu().double().numpy(), head_results=at.cpu().double().numpy(),
         attn_out=concat[0, position].cpu().double().numpy(),
         position_check=compare(at.sum(0), concat[0, position], TOLERANCE[dtype]),
-        wo_block_check=all(torch.equal(W_O_concat[r], W_O[wo_row_owner(r, L)]) for r in range(H * L)),
+        wo_block_check=wo_block_check(Wo, concatenated_W_O(Wo), TOLERANCE[dtype]),
     )

@@ -43,6 +43,9 @@ def test_defaults_are_the_seed_sizes(app):
     table = app.table[0].value
     assert table.loc["1", "shape"] == "1 × 20 × 50,000"
     assert table.loc["8b", "shape"] == "1 × 20 × 8 × 512"
+    # The row-block check compares the matrix concat_then_project multiplies with the per-head blocks.
+    block = next(m.value for m in app.markdown if m.value.startswith("Row **70** belongs to head **70 // 64 = 1**"))
+    assert "max |difference| **0.0e+00**" in block and "✓ every row in its block" in block
     # Both one-hot checks ran and passed.
     assert sum(m.value.startswith(("float32: max |difference|", "float64: max |difference|")) and "pass" in m.value
                for m in app.markdown) == 2

@@ -1,5 +1,7 @@
 """AppTest for the Train page: widgets move, a short training run completes and joins the sidebar."""
 
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -40,7 +42,15 @@ def test_a_short_training_run_completes_and_joins_the_sidebar():
     assert at.session_state["model"] == last["label"]          # the sidebar selected it
     assert at.session_state["model_choice"][0] == "session"
     assert [row["step"] for row in last["history"]][-1] == 50
-    assert any("Final loss" in s.value for s in at.success)
+    result = next(s.value for s in at.success if "Final loss" in s.value)
+    seconds, rate = (float(x) for x in re.search(r"Training took ([\d.]+) s here \(([\d.]+) steps/s\)", result).groups())
+    assert seconds == round(last["seconds"], 1) and 0 < last["seconds"] < 120  # measured, not a literal
+    assert rate == pytest.approx(50 / last["seconds"], abs=0.06)
+
+
+def test_help_states_no_made_up_duration():
+    help_text = train_page().radio(key="t_data").help
+    assert "fastest" in help_text and not re.search(r"\d+ ?s\b", help_text)
 
 
 def test_each_data_source_prepares_with_its_vocabulary():

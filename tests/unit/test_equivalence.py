@@ -1,8 +1,10 @@
 """The Equivalence page's experiment: known shapes, passing checks, honest skips."""
 
 import pytest
+import torch
+from einops import rearrange
 
-from mechlib import checks, equivalence
+from mechlib import attention, checks, equivalence
 
 
 def test_seed_sizes_give_the_seed_table():
@@ -19,6 +21,33 @@ def test_wo_row_owner(row, owner):
     assert equivalence.wo_row_owner(row, 64) == owner
 
 
+def random_W_O(heads: int = 4, d_head: int = 3, d_model: int = 12) -> torch.Tensor:
+    return torch.randn(heads, d_head, d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+
+def test_wo_block_check_passes_head_major_rows_and_fails_head_minor_ones():
+    W_O = random_W_O()                                                            # [head d_head d_model]
+    head_major = rearrange(W_O, "head d_head d_model -> (head d_head) d_model")
+    head_minor = rearrange(W_O, "head d_head d_model -> (d_head head) d_model")
+    right = equivalence.wo_block_check(W_O, head_major, checks.TOLERANCE["float64"])
+    assert right.passed and right.max_abs_diff == 0.0
+    wrong = equivalence.wo_block_check(W_O, head_minor, checks.TOLERANCE["float64"])
+    assert not wrong.passed and wrong.max_abs_diff > 0.1
+
+
+def test_the_concatenated_W_O_is_read_off_concat_then_project(monkeypatch):
+    W_O = random_W_O()
+    assert torch.equal(equivalence.concatenated_W_O(W_O), rearrange(W_O, "head d_head d_model -> (head d_head) d_model"))
+    assert equivalence.wo_block_check(W_O, equivalence.concatenated_W_O(W_O), 1e-10).passed
+
+    def mixed_orders(z, W_O):  # concatenates z head-major but stacks W_O head-minor: a wrong concat reading
+        return (rearrange(z, "... head d_head -> ... (head d_head)")
+                @ rearrange(W_O, "head d_head d_model -> (d_head head) d_model"))
+
+    monkeypatch.setattr(attention, "concat_then_project", mixed_orders)
+    assert not equivalence.wo_block_check(W_O, equivalence.concatenated_W_O(W_O), 1e-10).passed
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_run_at_seed_sizes_passes_every_check(dtype):
     result = equivalence.run(**equivalence.SEED_SIZES, seed=0, dtype=dtype, position=3)
@@ -27,7 +56,7 @@ def test_run_at_seed_sizes_passes_every_check(dtype):
     assert all(check is not None and check.max_abs_diff == 0.0 for check in result.lookups.values())
     assert result.lookup_mb["float32"] == pytest.approx((20 * 50_000 * 4 + 20 * 512 * 4) / 1e6)
     assert result.lookup_mb["float64"] == pytest.approx((20 * 50_000 * 8 + 50_000 * 512 * 8 + 20 * 512 * 8) / 1e6)
-    assert result.wo_block_check
+    assert result.wo_block_check.passed and result.wo_block_check.max_abs_diff == 0.0
     assert result.head_norms.shape == (8,) and result.head_results.shape == (8, 512)
     assert result.position_check.passed
     assert abs(result.head_results.sum(0) - result.attn_out).max() <= (1e-10 if dtype == "float64" else 1e-4)
@@ -35,8 +64,6 @@ def test_run_at_seed_sizes_passes_every_check(dtype):
 
 
 def test_compare_fails_on_a_perturbed_tensor():
-    import torch
-
     reference = torch.linspace(-50, 50, 101, dtype=torch.float64)
     assert checks.compare(reference.clone(), reference, 1e-10).passed
     bumped = reference.clone()

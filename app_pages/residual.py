@@ -5,132 +5,123 @@ import inspect
 import numpy as np
 import pandas as pd
 import streamlit as st
-import torch
 
-from mechlib import figures, residual
-from mechlib.checks import compare, model_tolerance
-from shell import current_model, input_tokens, slider, verdict
-
-
-@st.cache_data(max_entries=64, show_spinner="Running the model…")
-def stream(key: tuple, _model, ids: tuple[int, ...], position: int) -> dict:
-    tolerance = model_tolerance(_model)
-    logits, cache = _model.run_with_cache(torch.tensor([ids]))
-    book = residual.ledger(_model, cache)
-    terms = book.terms[:, 0, position]                                        # [component d_model]
-    final = residual.final_residual(_model, cache)[0, position]               # [d_model]
-    lens = residual.logit_lens(_model, cache)[:, 0, position].double()        # [boundary d_vocab]
-    adds = {f"L{l} attention": cache[f"blocks.{l}.hook_attn_out"][0].norm(dim=-1).mean().item() for l in range(_model.cfg.n_layers)}
-    adds |= {f"L{l} MLP": cache[f"blocks.{l}.hook_mlp_out"][0].norm(dim=-1).mean().item()
-             for l in range(_model.cfg.n_layers) if not _model.cfg.attn_only}
-    overlap_labels, overlap = residual.subspace_overlap(_model) if _model.cfg.n_layers else ([], torch.zeros(0, 0))
-    return {
-        "tolerance": tolerance, "labels": book.labels,
-        "ledger_check": compare(terms.sum(0), final, tolerance),
-        "projections": (terms @ (final / final.norm())).cpu().double().numpy(), "final_norm": final.norm().item(),
-        "term_norms": terms.norm(dim=-1).cpu().double().numpy(),
-        "depth": residual.boundaries(_model, cache)[:, 0].norm(dim=-1).cpu().double().numpy(), "adds": adds,
-        "lens_probs": lens.softmax(-1).cpu().numpy(), "lens_check": compare(lens[-1], logits[0, position].double(), tolerance),
-        "top": logits[0, position].topk(min(10, _model.cfg.d_vocab)).indices.tolist(),
-        "overlap_labels": overlap_labels, "overlap": overlap.cpu().numpy(),
-    }
+from mechlib import data, figures, residual
+from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX
+from shell import current_model, input_tokens, section, slider, verdict
 
 
-@st.cache_data(max_entries=64)
-def attribution(key: tuple, _model, ids: tuple[int, ...], position: int, token: int) -> dict:
-    tolerance = model_tolerance(_model)
-    logits, cache = _model.run_with_cache(torch.tensor([ids]))
-    labels, shares = residual.direct_logit_attribution(_model, cache, torch.full((1, len(ids)), token))
-    shares = shares[:, 0, position]
-    return {"labels": labels, "shares": shares.cpu().double().numpy(),
-            "check": compare(shares.sum(), logits[0, position, token], tolerance)}
+def difference(check, against: str) -> str:
+    return (f"{against}: max |difference| **{check.max_abs_diff:.1e}** — {verdict(check.passed)} "
+            f"(|a − b| ≤ {check.tolerance:.0e} · max(1, |b|))")
+
+
+def names(model, tokens) -> list[str]:
+    return data.token_labels(model.tokenizer, tokens)
 
 
 st.title("The residual stream")
 st.markdown(
-    "Nothing in a transformer overwrites the stream: the embeddings start it, and every head and every MLP reads "
-    "it and **adds** its output back. So the last residual is an exact sum of everything that was written, and "
-    "each term can be read on its own: through the unembedding at any depth (the logit lens), or as its direct "
-    "share of one logit (direct logit attribution)."
+    "Every head and every MLP reads the stream and **adds** its output back; nothing is written any other way. "
+    "So the last residual is an exact sum of everything that was written, and each term can be read on its own: "
+    "through the unembedding at any depth (the logit lens), or as its direct share of one logit (direct logit "
+    "attribution). Adding is not keeping: a later term can point against an earlier one and cancel it."
 )
 st.latex(r"x_{\text{final}} = W_E[t] + W_{pos}[p] + \sum_{\ell}\Big(\sum_h h_{\ell,h}(x) + b_O^{\ell}\Big)"
          r" + \sum_\ell \big(\mathrm{MLP}_\ell(x) + b_{out}^{\ell}\big)")
 
 key, model = current_model()
 cfg = model.cfg
+readout = "the final LayerNorm and W_U" if cfg.normalization == "LN" else "W_U (this model has no final LayerNorm)"
 left, right = st.columns(2)
 with left:
     ids, labels = input_tokens(model)
 with right:
     position = slider("position", 0, len(ids) - 1, max(0, len(ids) - 2), key="rpos")
-result = stream(key, model, ids, position)
-tol = result["tolerance"]
-vocab = model.tokenizer.labels if model.tokenizer else (lambda t: [str(i) for i in t])
 
 st.subheader(f"The ledger at position {position} ('{labels[position]}')")
-check = result["ledger_check"]
-st.markdown(f"Sum of the {len(result['labels'])} terms against the real final residual: max |difference| "
-            f"**{check.max_abs_diff:.1e}** — {verdict(check.passed)} (|a − b| ≤ {tol:.0e} · max(1, |b|))")
+book = section(residual.ledger_at, key, model, ids, position)
+terms = f"The sum of the {len(book.labels)} terms" if len(book.labels) > 1 else "The only term"
+lines = [difference(book.check.logits, f"{terms} read through {readout}, against the logits of a separate forward "
+                                       f"pass at all {len(ids)} positions")]
+if book.check.residual is not None:
+    lines.append(difference(book.check.residual, "The sum against that pass's residual after its last block"))
+else:
+    lines.append("With no blocks the residual is the embedding itself, so only the logits are an independent reference.")
+st.markdown("\n\n".join(lines))
+if cfg.positional == "shortformer":
+    st.caption("Shortformer positions enter the queries and keys only, never the stream: no pos_embed term.")
 left, right = st.columns(2)
 with left:
-    st.plotly_chart(figures.component_bars(result["projections"], result["labels"],
+    st.plotly_chart(figures.component_bars(book.projections, book.labels,
                                            "Each term along x̂_final: they add up to ‖x_final‖",
-                                           "length along x̂_final", total=result["final_norm"]))
+                                           "length along x̂_final", total=book.final_norm))
 with right:
-    st.dataframe(pd.DataFrame({"term": result["labels"], "‖term‖": np.round(result["term_norms"], 3),
-                               "along x̂_final": np.round(result["projections"], 3)}), hide_index=True, height=420)
+    st.dataframe(pd.DataFrame({"term": book.labels, "‖term‖": np.round(book.norms, 3),
+                               "along x̂_final": np.round(book.projections, 3)}), hide_index=True, height=420)
 
 st.subheader("The stream through depth")
+stream = section(residual.depth, key, model, ids)
 left, right = st.columns([3, 2])
 with left:
-    st.plotly_chart(figures.depth_heatmap(result["depth"], labels))
+    st.plotly_chart(figures.depth_heatmap(stream.norms, labels))
 with right:
-    if result["adds"]:
-        st.dataframe(pd.DataFrame({"component": list(result["adds"]), "mean ‖output‖ over positions": np.round(list(result["adds"].values()), 3)}),
-                     hide_index=True)
+    if stream.components:
+        st.dataframe(pd.DataFrame({"component": stream.components,
+                                   "mean ‖output‖ over positions": np.round(stream.added, 3)}), hide_index=True)
 
 st.subheader("Logit lens")
-probs = result["lens_probs"]
-actual = ids[position + 1] if position + 1 < len(ids) else None
-rows = []
-for b, p in enumerate(probs):
-    top = np.argsort(-p)[:3]
-    rows.append({"read after": "the embeddings" if b == 0 else f"block {b - 1}",
-                 "top 3 tokens (probability)": ", ".join(f"{vocab([int(t)])[0]} ({p[t]:.2f})" for t in top),
-                 f"p(actual next: {vocab([actual])[0] if actual is not None else '—'})": f"{p[actual]:.3f}" if actual is not None else "—"})
-st.dataframe(pd.DataFrame(rows), hide_index=True)
-st.markdown(f"The last row read through the final LayerNorm and W_U against the model's own logits: max |difference| "
-            f"**{result['lens_check'].max_abs_diff:.1e}** — {verdict(result['lens_check'].passed)}")
+lens = section(residual.lens, key, model, ids, position)
+following = f"p(actual next: {names(model, [lens.next_token])[0]})" if lens.next_token is not None else "p(actual next: —)"
+st.dataframe(pd.DataFrame({
+    "read at": ["the embeddings"] + [f"after block {b}" for b in range(cfg.n_layers)],
+    "top tokens (probability)": [", ".join(f"{t} ({p:.2f})" for t, p in zip(names(model, top), probs))
+                                 for top, probs in zip(lens.top, lens.top_probs)],
+    following: [f"{p:.3f}" for p in lens.next_probs] if lens.next_token is not None else "—",
+}), hide_index=True)
+last = f"after block {cfg.n_layers - 1}" if cfg.n_layers else "the embeddings: there are no blocks"
+st.markdown(difference(lens.check, f"The last row ({last}) read through {readout}, against the logits of a separate "
+                                   f"model(tokens) call at all {len(ids)} positions"))
 
 st.subheader("Direct logit attribution")
-options = result["top"]
 left, right = st.columns(2)
 with left:
-    token = st.selectbox("token", options, format_func=lambda t: vocab([t])[0], key="dla_token", bind="query-params")
+    token = st.selectbox("token", lens.candidates, format_func=lambda t: names(model, [t])[0], key="dla_token",
+                         bind="query-params")
 with right:
-    other = st.selectbox("against", [None] + options, format_func=lambda t: "—" if t is None else vocab([t])[0],
+    other = st.selectbox("against", [None] + lens.candidates, format_func=lambda t: "—" if t is None else names(model, [t])[0],
                          key="dla_other", bind="query-params")
-dla = attribution(key, model, ids, position, token)
-shares = dla["shares"]
-title = f"Each term's direct share of the logit of '{vocab([token])[0]}'"
-if other is not None:
-    shares = shares - attribution(key, model, ids, position, other)["shares"]
-    title += f" minus that of '{vocab([other])[0]}'"
-st.plotly_chart(figures.component_bars(shares, dla["labels"], title, "logit (nats)", total=float(shares.sum())))
-st.markdown(f"The shares add up to the logit: max |difference| **{dla['check'].max_abs_diff:.1e}** — {verdict(dla['check'].passed)}. "
+dla = section(residual.attribution, key, model, ids, position, token, other)
+title = f"Each term's direct share of the logit of '{names(model, [token])[0]}'"
+title += f" minus that of '{names(model, [other])[0]}'" if other is not None else ""
+st.plotly_chart(figures.component_bars(dla.shares, dla.labels, title, "logit (nats)", total=dla.logit))
+st.markdown(difference(dla.check, "The shares add up to the logit of a separate forward pass") + ". "
             + ("Through LayerNorm each term is divided by the scale cached on this input; the scale depends on all "
                "terms together, so a share is a first-order reading, not what removing the term would do."
                if cfg.normalization == "LN" else "Without LayerNorm the read-out is linear, so the shares are exact."))
 
 if cfg.n_layers:
-    st.subheader("Disjoint subspaces")
-    overlap, baseline = result["overlap"], residual.random_overlap(cfg.d_model, cfg.d_head)
-    off = overlap[~np.eye(len(overlap), dtype=bool)] if len(overlap) > 1 else np.array([np.nan])
-    st.markdown(f"Each head writes into a subspace of rank ≤ d_head = {cfg.d_head} of the {cfg.d_model}-dimensional stream. "
-                f"Mean overlap between different heads: **{np.nanmean(off):.3f}**; two random {cfg.d_head}-dimensional "
-                f"subspaces overlap **{baseline:.3f}** on average (d_head / d_model).")
-    st.plotly_chart(figures.overlap_heatmap(overlap, result["overlap_labels"], baseline))
+    st.subheader("Do heads write to separate subspaces?")
+    sub = section(residual.subspaces, key, model)
+    room = (f"together the {len(sub.labels)} heads could write {sub.written} dimensions, "
+            + (f"which fit in the {cfg.d_model}-dimensional stream, so they could all be orthogonal."
+               if sub.room else f"more than the stream's {cfg.d_model}, so they cannot all be orthogonal."))
+    st.markdown(f"Each head writes into a subspace of rank ≤ d_head = {cfg.d_head}; {room}")
+    if not sub.pairs:
+        st.markdown("This model has one head: there is no pair to compare.")
+    else:
+        st.markdown(
+            f"Mean overlap of the {sub.pairs} pairs of different heads: **{sub.mean:.3f}**, largest {sub.largest:.3f}. "
+            f"Random {cfg.d_head}-dimensional subspaces overlap {sub.baseline:.3f} (d_head / d_model), and the mean of "
+            f"{sub.pairs} random pairs stays within ± {sub.margin:.3f} ({OVERLAP_SIGMAS:.0f} standard deviations). "
+            f"So these heads overlap **{sub.versus_random} random**"
+            + {"below": ": they avoid each other's subspaces more than chance would.",
+               "about": ": as far as this measure shows, their subspaces are placed as if at random.",
+               "above": ": they share directions more than chance would."}[sub.versus_random])
+        st.markdown(f"Separate subspaces (every pair's overlap ≤ {SEPARATE_MAX}): **{'yes' if sub.separate else 'no'}**.")
+    st.plotly_chart(figures.overlap_heatmap(sub.overlap, sub.labels, sub.baseline))
 
 with st.expander("Under the hood"):
-    st.markdown("`mechlib.residual`: the ledger and direct logit attribution.")
-    st.code(inspect.getsource(residual.ledger) + "\n" + inspect.getsource(residual.direct_logit_attribution))
+    st.markdown("`mechlib.residual`: the ledger, its check against a separate forward pass, direct logit attribution.")
+    st.code("\n".join(inspect.getsource(f) for f in (residual.ledger, residual.ledger_check,
+                                                      residual.direct_logit_attribution)))

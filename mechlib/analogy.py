@@ -16,10 +16,10 @@ from torch import Tensor
 from mechlib import data, induction, loss, lstm, residual, zoo
 from mechlib.checks import LOSS_TIE, Check, compare, model_tolerance
 from mechlib.lstm import LSTM
-from mechlib.model import Cache, Transformer
+from mechlib.model import Transformer
 
 __all__ = ["RNN", "TRANSFORMER", "NAMES", "FORGET_OPEN", "Pair", "pair", "prompt", "repeated_ids", "SideBySide",
-           "side_by_side", "cell_check", "ledger_check", "Ranking", "rank", "SeparatingTest", "separating_test",
+           "side_by_side", "cell_check", "Ranking", "rank", "SeparatingTest", "separating_test",
            "Heldout", "heldout"]
 
 RNN, TRANSFORMER = "lstm", "attn-only-2l"
@@ -82,7 +82,7 @@ class SideBySide:
     component_labels: list[str]
     component_shares: np.ndarray  # [component] length each left in x_final (last position) along x̂_final
     resid_norm: float            # ‖x_final‖ at the last position
-    resid_check: Check           # Σ components against blocks.{n−1}.hook_resid_post from the forward pass
+    resid_check: Check           # Σ components against hook_resid_post of a separate forward pass
     cancelling: list[str]        # components with a negative length along x̂_final: they cancel part of it
     cancelled: float             # their summed length along x̂_final (≤ 0)
 
@@ -92,12 +92,6 @@ def cell_check(states: dict[str, Tensor], tolerance: float) -> Check:
     return compare(lstm.cell_contributions(states).sum(1), states["L0.cell"][:, -1], tolerance)
 
 
-def ledger_check(model: Transformer, cache: Cache) -> Check:
-    """The residual ledger's sum against the model's own residual after its last block (an independent path)."""
-    final = cache[f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"]        # [batch pos d_model]
-    return compare(residual.ledger(model, cache).terms.sum(0), final, model_tolerance(model))
-
-
 @torch.inference_mode()
 def side_by_side(ids: tuple[int, ...]) -> SideBySide:
     """Both models on the same tokens: the LSTM's cell and gates, the transformer's stream, patterns and messages."""
@@ -105,7 +99,8 @@ def side_by_side(ids: tuple[int, ...]) -> SideBySide:
     _, states = rnn.run_with_states(_tokens(rnn, ids))
     cell, forget = states["L0.cell"][0].cpu(), states["L0.forget"][0].cpu()  # [pos d_hidden]
     contributions = lstm.cell_contributions(states)[0].cpu()                 # [pos d_hidden]
-    _, cache = transformer.run_with_cache(_tokens(transformer, ids))
+    tokens = _tokens(transformer, ids)
+    _, cache = transformer.run_with_cache(tokens)
     n = transformer.cfg.n_layers
     book = residual.ledger(transformer, cache)
     final = cache[f"blocks.{n - 1}.hook_resid_post"][0, -1].cpu()            # [d_model]
@@ -122,7 +117,7 @@ def side_by_side(ids: tuple[int, ...]) -> SideBySide:
         patterns=induction.stacked_patterns(cache, n)[:, 0].numpy(),
         messages=cache[f"blocks.{n - 1}.attn.hook_result"][0].norm(dim=-1).T.cpu().numpy(),
         component_labels=book.labels, component_shares=shares.numpy(), resid_norm=float(final.norm()),
-        resid_check=ledger_check(transformer, cache),
+        resid_check=residual.ledger_check(transformer, tokens, book).residual,
         cancelling=[label for label, share in zip(book.labels, shares.tolist()) if share < 0],
         cancelled=float(shares.clamp(max=0).sum()),
     )

@@ -70,8 +70,8 @@ def head_contributions_heatmap(head_results: np.ndarray, summed: np.ndarray, att
     return _layout(fig, f"Per-head vectors at position {position}: the last two rows match", 120 + 26 * len(labels))
 
 
-def training_curves(history: list[dict[str, float]]) -> go.Figure:
-    """Loss (nats per token) and the induction / previous-token scores against the training step."""
+def training_curves(history: list[dict[str, float]], step: int | None = None) -> go.Figure:
+    """Loss (nats per token) and the induction / previous-token scores against the training step; ``step`` marked."""
     from plotly.subplots import make_subplots
 
     steps = [row["step"] for row in history]
@@ -89,6 +89,8 @@ def training_curves(history: list[dict[str, float]]) -> go.Figure:
     fig.update_yaxes(title="nats per token", row=1, col=1)
     fig.update_yaxes(title="mean attention (0–1)", range=[0, 1.05], row=1, col=2)
     fig.update_layout(legend={"orientation": "h", "y": -0.25})
+    if step is not None:
+        fig.add_vline(x=step, line_dash="dash", line_color="black", annotation_text=f"step {step:,}")
     return _layout(fig, "Training", 420)
 
 
@@ -121,7 +123,7 @@ def singular_values(spectra: dict[str, np.ndarray], d_head: int) -> go.Figure:
     fig.add_vline(x=d_head + 0.5, line_dash="dash", annotation_text=f"d_head = {d_head}")
     fig.update_xaxes(title="index of the singular value")
     fig.update_yaxes(title="singular value (log scale)", type="log")
-    return _layout(fig, "Singular values: nothing survives past d_head", 380)
+    return _layout(fig, "Singular values of W_QK and W_OV", 380)
 
 
 def source_bars(values: np.ndarray, labels: list[str], title: str, axis: str) -> go.Figure:
@@ -134,22 +136,24 @@ def source_bars(values: np.ndarray, labels: list[str], title: str, axis: str) ->
     return _layout(fig, title, 380)
 
 
-def component_bars(values: np.ndarray, labels: list[str], title: str, axis: str, total: float | None = None) -> go.Figure:
-    """A waterfall of components' scalar shares; with ``total`` the last bar shows the real value."""
+def component_bars(values: np.ndarray, labels: list[str], title: str, axis: str, total: float | None = None,
+                   categories: str = "component") -> go.Figure:
+    """A waterfall of scalar shares, one bar per label (``categories`` names them on the axis: "component",
+    "time step: token"); with ``total`` the last bar shows the real value."""
     measures = ["relative"] * len(values) + (["total"] if total is not None else [])
     fig = go.Figure(go.Waterfall(x=labels + (["sum"] if total is not None else []), y=list(values) + ([total] if total is not None else []),
                                  measure=measures, hovertemplate="%{x}: %{y:.4f}<extra></extra>",
                                  increasing={"marker": {"color": "#00CC96"}}, decreasing={"marker": {"color": "#EF553B"}},
                                  totals={"marker": {"color": "#636EFA"}}))
-    fig.update_xaxes(title="component", tickangle=-45)
+    fig.update_xaxes(title=categories, tickangle=-45)
     fig.update_yaxes(title=axis)
     return _layout(fig, title, 420)
 
 
 def depth_heatmap(norms: np.ndarray, labels: list[str]) -> go.Figure:
-    """‖residual‖ at each layer boundary (rows) and position (columns)."""
+    """‖residual‖ at each layer boundary (rows: the embeddings, then after each block) and position (columns)."""
     ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
-    rows = [f"before block {l}" for l in range(norms.shape[0] - 1)] + ["after the last block"]
+    rows = ["the embeddings"] + [f"after block {l}" for l in range(norms.shape[0] - 1)]
     fig = go.Figure(go.Heatmap(z=norms, x=ticks, y=rows, colorscale="Viridis", colorbar={"title": "‖residual‖"},
                                hovertemplate="%{y}<br>position %{x}<br>‖residual‖ %{z:.3f}<extra></extra>"))
     fig.update_xaxes(title="position: token", tickangle=-60)
@@ -193,10 +197,11 @@ def eigenvalues_plot(eigenvalues: dict[str, np.ndarray]) -> go.Figure:
 
 def composition_heatmap(scores: np.ndarray, earlier: list[str], later: list[str], baseline: float, mode: str) -> go.Figure:
     """[earlier head, later head] composition scores; the colour scale is centred on the random baseline,
-    so heads that compose more than chance show blue and less than chance red."""
-    limit = max(float(np.abs(scores - baseline).max()), 1e-6)
+    so heads that compose more than chance show blue and less than chance red. NaN (a pair whose "earlier"
+    head is not in an earlier layer) is left blank."""
+    limit = max(float(np.nanmax(np.abs(scores - baseline))), 1e-6)
     fig = go.Figure(go.Heatmap(z=scores, x=later, y=earlier, colorscale="RdBu", zmid=baseline,
-                               zmin=baseline - limit, zmax=baseline + limit,
+                               zmin=baseline - limit, zmax=baseline + limit, hoverongaps=False,
                                colorbar={"title": "score"},
                                hovertemplate="earlier %{y} → later %{x}<br>score %{z:.3f}<br>"
                                              f"random ≈ {baseline:.3f}<extra></extra>"))
@@ -222,16 +227,18 @@ def patterns_grid(patterns: np.ndarray, title: str) -> go.Figure:
     return _layout(fig, title, 260 * layers + 80)
 
 
-def time_heatmap(matrix: np.ndarray, labels: list[str], title: str, value: str, scale: str = "signed") -> go.Figure:
-    """A [dimension, position] matrix over time, hover naming the token at each position. ``scale``:
-    "signed" (diverging around 0), "gate" (0 to 1) or "size" (0 to the largest value)."""
+def time_heatmap(matrix: np.ndarray, labels: list[str], title: str, value: str, scale: str = "signed",
+                 rows: str = "dimension") -> go.Figure:
+    """A [row, position] matrix over time, hover naming the token at each position; ``rows`` names what a row
+    is ("dimension", "head"). ``scale``: "signed" (diverging around 0), "gate" (0 to 1) or "size" (0 to the
+    largest value)."""
     ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
     colours = {"signed": {"colorscale": "RdBu", "zmid": 0}, "gate": {"colorscale": "Viridis", "zmin": 0, "zmax": 1},
                "size": {"colorscale": "Viridis", "zmin": 0}}[scale]
     fig = go.Figure(go.Heatmap(z=matrix, x=ticks, colorbar={"title": value}, **colours,
-                               hovertemplate="position %{x}<br>dimension %{y}<br>" + value + " %{z:.3f}<extra></extra>"))
+                               hovertemplate="position %{x}<br>" + rows + " %{y}<br>" + value + " %{z:.3f}<extra></extra>"))
     fig.update_xaxes(title="position: token", tickangle=-60, tickfont={"size": 10})
-    fig.update_yaxes(title="dimension")
+    fig.update_yaxes(title=rows)
     return _layout(fig, title, 420)
 
 

@@ -3,21 +3,28 @@
 W_QK = W_Q W_Kᵀ decides where the head looks (the pattern A); W_OV = W_V W_O decides what moves
 (the messages x_j W_OV). Both are d_model × d_model of rank ≤ d_head, and only these products
 matter: W_Q R, W_K R⁻ᵀ (or W_V R, R⁻¹ W_O) give the same head for any invertible R.
+
+The page experiments (``regrouping``, ``ranks``, ``non_uniqueness``, ``scores``, ``messages``) take the
+model and plain values (token ids, layer, head, …), run on that one sequence and return frozen dataclasses
+of numbers, arrays and verdicts; checks use the model's own tolerance (float64 ones that of float64).
 """
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from mechlib import attention
+from mechlib.checks import RANK_ZERO, Check, compare, model_tolerance, tolerance_for
 from mechlib.device import median_ms
-from mechlib.checks import Check, compare
 from mechlib.model import Cache, Transformer
 
-__all__ = ["head_inputs", "Regrouping", "regrouping", "spectra", "non_uniqueness", "scores_from_W_QK", "Messages",
-           "messages"]
+__all__ = ["head_inputs", "scores_from_W_QK", "Regrouping", "regrouping", "rank_verdict", "Ranks", "ranks",
+           "NonUniqueness", "non_uniqueness", "Scores", "scores", "Messages", "messages", "TOP_PUSHED"]
+
+TOP_PUSHED = 3  # tokens listed per message: those it raises most through W_U
 
 
 def head_inputs(model: Transformer, cache: Cache, layer: int) -> tuple[Tensor, Tensor]:
@@ -26,59 +33,6 @@ def head_inputs(model: Transformer, cache: Cache, layer: int) -> tuple[Tensor, T
     v_input = cache[key]
     qk_input = v_input + cache["hook_pos_embed"] if model.cfg.positional == "shortformer" else v_input
     return qk_input, v_input
-
-
-@dataclass(frozen=True)
-class Regrouping:
-    check: Check                  # ((A V) W_O) against (A (V W_O))
-    macs: dict[str, int]          # multiply-adds of each grouping for one sequence
-    time_ms: dict[str, float]     # median of 5 runs each
-
-
-@torch.inference_mode()
-def regrouping(model: Transformer, cache: Cache, layer: int, head: int, tolerance: float) -> Regrouping:
-    """One head on sequence 0 computed as ((A V) W_O) and as (A (V W_O)); the same by associativity."""
-    A = cache[f"blocks.{layer}.attn.hook_pattern"][0, head]                   # [query_pos key_pos]
-    V = cache[f"blocks.{layer}.attn.hook_v"][0, :, head]                      # [key_pos d_head]
-    W_O = model.blocks[layer].attn.W_O[head]                                  # [d_head d_model]
-    n, d_head, d_model = A.shape[0], V.shape[1], W_O.shape[1]
-    return Regrouping(
-        check=compare((A @ V) @ W_O, A @ (V @ W_O), tolerance),
-        macs={"((QKᵀ)V)O": n * n * d_head + n * d_head * d_model, "(QKᵀ)(VO)": n * d_head * d_model + n * n * d_model},
-        time_ms={"((QKᵀ)V)O": median_ms(lambda: (A @ V) @ W_O), "(QKᵀ)(VO)": median_ms(lambda: A @ (V @ W_O))},
-    )
-
-
-@torch.inference_mode()
-def spectra(model: Transformer, layer: int, head: int) -> dict[str, np.ndarray]:
-    """Singular values of W_QK and W_OV (d_model each, in float64); those past d_head are numerically 0."""
-    attn = model.blocks[layer].attn
-    W_QK = attention.W_QK(attn.W_Q[head : head + 1].double(), attn.W_K[head : head + 1].double())[0]
-    W_OV = attention.W_OV(attn.W_V[head : head + 1].double(), attn.W_O[head : head + 1].double())[0]
-    return {"W_QK": torch.linalg.svdvals(W_QK).cpu().numpy(), "W_OV": torch.linalg.svdvals(W_OV).cpu().numpy()}
-
-
-@torch.inference_mode()
-def non_uniqueness(model: Transformer, cache: Cache, layer: int, head: int, seed: int) -> dict[str, float]:
-    """Max |difference| of the pattern after W_Q R, W_K R⁻ᵀ and of the messages after W_V R, R⁻¹ W_O,
-    for a random invertible R (d_head × d_head), computed in float64 on sequence 0."""
-    attn = model.blocks[layer].attn
-    qk_input, v_input = (x[0].double() for x in head_inputs(model, cache, layer))  # [pos d_model]
-    W_Q, W_K, W_V, W_O = (w[head].double() for w in (attn.W_Q, attn.W_K, attn.W_V, attn.W_O))
-    b_Q, b_K, b_V = (b[head].double() for b in (attn.b_Q, attn.b_K, attn.b_V))
-    g = torch.Generator().manual_seed(seed)
-    R = torch.randn(W_Q.shape[1], W_Q.shape[1], generator=g, dtype=torch.float64) + 2 * torch.eye(W_Q.shape[1], dtype=torch.float64)
-    R_inv = torch.linalg.inv(R)
-
-    def pattern(Wq, Wk, bq, bk):
-        q, k = (qk_input @ Wq + bq)[:, None], (qk_input @ Wk + bk)[:, None]   # [pos head=1 d_head]
-        return attention.attention_pattern(attention.attention_scores(q, k))
-
-    def moved(Wv, Wo, bv):
-        return (v_input @ Wv + bv) @ Wo                                        # [pos d_model]
-
-    return {"pattern": float((pattern(W_Q, W_K, b_Q, b_K) - pattern(W_Q @ R, W_K @ R_inv.T, b_Q @ R, b_K @ R_inv.T)).abs().max()),
-            "messages": float((moved(W_V, W_O, b_V) - moved(W_V @ R, R_inv @ W_O, b_V @ R)).abs().max())}
 
 
 @torch.inference_mode()
@@ -95,22 +49,131 @@ def scores_from_W_QK(model: Transformer, cache: Cache, layer: int, head: int) ->
     return scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
 
 
+def _run(model: Transformer, ids: tuple[int, ...]) -> Cache:
+    return model.run_with_cache(torch.tensor([ids]))[1]
+
+
 @dataclass(frozen=True)
-class Messages:
-    weights: np.ndarray       # [source] attention from the destination to each source (0 … dest)
-    norms: np.ndarray         # [source] ‖message_j‖
-    top_tokens: list[list[int]]  # per source: the token ids its message raises most through W_U
-    check: Check              # Σ_j A[dest, j] message_j against the head's cached result at dest
+class Regrouping:
+    check: Check                  # ((A V) W_O) against (A (V W_O))
+    macs: dict[str, int]          # multiply-adds of each grouping for the sequence
+    time_ms: dict[str, float]     # median of 5 runs each
 
 
 @torch.inference_mode()
-def messages(model: Transformer, cache: Cache, layer: int, head: int, dest: int, tolerance: float, k: int = 3) -> Messages:
-    """The messages every source sends through one head to ``dest`` (sequence 0), and their weighted sum."""
+def regrouping(model: Transformer, ids: tuple[int, ...], layer: int, head: int) -> Regrouping:
+    """One head computed as ((A V) W_O) and as (A (V W_O)); the same by associativity, at different costs."""
+    cache = _run(model, ids)
+    A = cache[f"blocks.{layer}.attn.hook_pattern"][0, head]                   # [query_pos key_pos]
+    V = cache[f"blocks.{layer}.attn.hook_v"][0, :, head]                      # [key_pos d_head]
+    W_O = model.blocks[layer].attn.W_O[head]                                  # [d_head d_model]
+    n, d_head, d_model = A.shape[0], V.shape[1], W_O.shape[1]
+    return Regrouping(
+        check=compare((A @ V) @ W_O, A @ (V @ W_O), model_tolerance(model)),
+        macs={"((QKᵀ)V)O": n * n * d_head + n * d_head * d_model, "(QKᵀ)(VO)": n * d_head * d_model + n * n * d_model},
+        time_ms={"((QKᵀ)V)O": median_ms(lambda: (A @ V) @ W_O), "(QKᵀ)(VO)": median_ms(lambda: A @ (V @ W_O))},
+    )
+
+
+RankVerdict = Literal["passed", "vacuous", "failed"]
+
+
+def rank_verdict(singular_values: np.ndarray, d_head: int) -> RankVerdict:
+    """Is rank ≤ d_head? "vacuous" when there is no singular value past d_head (d_head ≥ d_model: any matrix
+    passes), "passed" when all past d_head are below RANK_ZERO · σ₁, else "failed"."""
+    beyond = singular_values[d_head:]
+    if not len(beyond):
+        return "vacuous"
+    return "passed" if beyond.max() <= RANK_ZERO * singular_values[0] else "failed"
+
+
+@dataclass(frozen=True)
+class Ranks:
+    spectra: dict[str, np.ndarray]    # "W_QK", "W_OV" -> [d_model] singular values, float64
+    ranks: dict[str, int]             # singular values above RANK_ZERO · σ₁
+    beyond: dict[str, float]          # the largest singular value past d_head / σ₁ (0 when there is none)
+    verdicts: dict[str, RankVerdict]  # rank ≤ d_head: "passed", "failed", or "vacuous" when d_head ≥ d_model
+
+
+@torch.inference_mode()
+def ranks(model: Transformer, layer: int, head: int) -> Ranks:
+    """Singular values of W_QK and W_OV (d_model each, in float64); those past d_head are numerically 0."""
+    attn, d_head = model.blocks[layer].attn, model.cfg.d_head
+    W_QK = attention.W_QK(attn.W_Q[head : head + 1].double(), attn.W_K[head : head + 1].double())[0]
+    W_OV = attention.W_OV(attn.W_V[head : head + 1].double(), attn.W_O[head : head + 1].double())[0]
+    spectra = {name: torch.linalg.svdvals(W).cpu().numpy() for name, W in (("W_QK", W_QK), ("W_OV", W_OV))}
+    top = {name: values[0] if values[0] > 0 else 1.0 for name, values in spectra.items()}
+    return Ranks(spectra, {name: int((values > RANK_ZERO * top[name]).sum()) for name, values in spectra.items()},
+                 {name: float(values[d_head:].max(initial=0.0) / top[name]) for name, values in spectra.items()},
+                 {name: rank_verdict(values, d_head) for name, values in spectra.items()})
+
+
+@dataclass(frozen=True)
+class NonUniqueness:
+    pattern: Check    # the pattern after W_Q R, W_K R⁻ᵀ against the pattern, float64
+    messages: Check   # the messages after W_V R, R⁻¹ W_O against the messages, float64
+
+
+@torch.inference_mode()
+def non_uniqueness(model: Transformer, ids: tuple[int, ...], layer: int, head: int, seed: int) -> NonUniqueness:
+    """The pattern after W_Q R, W_K R⁻ᵀ and the messages after W_V R, R⁻¹ W_O, for a random invertible R
+    (d_head × d_head), against the originals; computed in float64."""
+    attn = model.blocks[layer].attn
+    qk_input, v_input = (x[0].double() for x in head_inputs(model, _run(model, ids), layer))  # [pos d_model]
+    W_Q, W_K, W_V, W_O = (w[head].double() for w in (attn.W_Q, attn.W_K, attn.W_V, attn.W_O))
+    b_Q, b_K, b_V = (b[head].double() for b in (attn.b_Q, attn.b_K, attn.b_V))
+    g = torch.Generator().manual_seed(seed)
+    d_head = W_Q.shape[1]
+    R = (torch.randn(d_head, d_head, generator=g, dtype=torch.float64) + 2 * torch.eye(d_head, dtype=torch.float64)).to(W_Q.device)
+    R_inv = torch.linalg.inv(R)
+
+    def pattern(Wq, Wk, bq, bk):
+        q, k = (qk_input @ Wq + bq)[:, None], (qk_input @ Wk + bk)[:, None]   # [pos head=1 d_head]
+        return attention.attention_pattern(attention.attention_scores(q, k))
+
+    def moved(Wv, Wo, bv):
+        return (v_input @ Wv + bv) @ Wo                                        # [pos d_model]
+
+    tolerance = tolerance_for(torch.float64)
+    return NonUniqueness(
+        compare(pattern(W_Q @ R, W_K @ R_inv.T, b_Q @ R, b_K @ R_inv.T), pattern(W_Q, W_K, b_Q, b_K), tolerance),
+        compare(moved(W_V @ R, R_inv @ W_O, b_V @ R), moved(W_V, W_O, b_V), tolerance))
+
+
+@dataclass(frozen=True)
+class Scores:
+    scores: np.ndarray    # [query_pos key_pos] x_i W_QK x_jᵀ / √d_head with the biases; -inf above the diagonal
+    pattern: np.ndarray   # [query_pos key_pos] the model's cached pattern A
+    check: Check          # the scores against the model's cached scores, where causal
+
+
+@torch.inference_mode()
+def scores(model: Transformer, ids: tuple[int, ...], layer: int, head: int) -> Scores:
+    """One head's scores recomputed from W_QK against the model's own, and its pattern."""
+    cache = _run(model, ids)
+    cached = cache[f"blocks.{layer}.attn.hook_attn_scores"][0, head]          # [query_pos key_pos]
+    mine = scores_from_W_QK(model, cache, layer, head)[0]                     # [query_pos key_pos]
+    causal = torch.isfinite(cached)
+    return Scores(mine.double().cpu().numpy(), cache[f"blocks.{layer}.attn.hook_pattern"][0, head].double().cpu().numpy(),
+                  compare(mine[causal], cached[causal], model_tolerance(model)))
+
+
+@dataclass(frozen=True)
+class Messages:
+    weights: np.ndarray          # [source] attention from the destination to each source (0 … dest)
+    norms: np.ndarray            # [source] ‖message_j‖
+    top_tokens: list[list[int]]  # per source: the TOP_PUSHED token ids its message raises most through W_U
+    check: Check                 # Σ_j A[dest, j] message_j against the head's cached result at dest
+
+
+@torch.inference_mode()
+def messages(model: Transformer, ids: tuple[int, ...], layer: int, head: int, dest: int) -> Messages:
+    """The messages every source sends through one head to ``dest``, and their weighted sum."""
+    cache = _run(model, ids)
     attn = model.blocks[layer].attn
     _, v_input = head_inputs(model, cache, layer)
     sent = (v_input[0, : dest + 1] @ attn.W_V[head] + attn.b_V[head]) @ attn.W_O[head]   # [source d_model]
     weights = cache[f"blocks.{layer}.attn.hook_pattern"][0, head, dest, : dest + 1]       # [source]
-    total = weights @ sent                                                              # [d_model]
-    pushed = (sent @ model.unembed.W_U).topk(k, dim=-1).indices                         # [source k]
-    return Messages(weights.cpu().double().numpy(), sent.norm(dim=-1).cpu().double().numpy(), pushed.cpu().tolist(),
-                    compare(total, cache[f"blocks.{layer}.attn.hook_result"][0, dest, head], tolerance))
+    pushed = (sent @ model.unembed.W_U).topk(min(TOP_PUSHED, model.cfg.d_vocab), dim=-1).indices   # [source k]
+    return Messages(weights.double().cpu().numpy(), sent.norm(dim=-1).double().cpu().numpy(), pushed.cpu().tolist(),
+                    compare(weights @ sent, cache[f"blocks.{layer}.attn.hook_result"][0, dest, head], model_tolerance(model)))

@@ -2,19 +2,33 @@
 
 The final residual is exactly the sum of what was written: the token embedding, the positional
 embedding (standard positions), each head's result, each attention output bias, each MLP's
-output and bias. The logit lens reads the stream at every layer boundary through the final
-LayerNorm and W_U; direct logit attribution splits one logit into the components' shares.
+output and bias. The logit lens reads the stream at every layer boundary through the model's
+read-out (the final LayerNorm, if the model has one, then W_U); direct logit attribution splits
+one logit into the components' shares.
+
+Every check here compares with a separate forward pass of the model (its logits, or its residual
+after the last block), never with a tensor built from the same parts: a missing or wrong term fails.
+The page experiments (``ledger_at``, ``depth``, ``lens``, ``attribution``, ``subspaces``) take the
+model and plain values and return frozen dataclasses of numbers, arrays and verdicts.
 """
 
 from dataclasses import dataclass
+from typing import Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from mechlib.model import Cache, Transformer
+from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX, Check, compare, model_tolerance
+from mechlib.model import LN_EPS, Cache, Transformer
 
-__all__ = ["Ledger", "ledger", "boundaries", "logit_lens", "direct_logit_attribution", "subspace_overlap",
-           "random_overlap"]
+__all__ = ["Ledger", "ledger", "final_residual", "boundaries", "unembed", "logit_lens", "direct_logit_attribution",
+           "subspace_overlap", "random_overlap", "random_overlap_sd", "LedgerCheck", "ledger_check", "LedgerAt",
+           "ledger_at", "Depth", "depth", "Lens", "lens", "Attribution", "attribution", "Subspaces", "subspaces",
+           "LENS_TOP", "CANDIDATES"]
+
+LENS_TOP = 3     # tokens shown per layer boundary in the logit lens
+CANDIDATES = 10  # the model's likeliest next tokens offered for direct logit attribution
 
 
 @dataclass(frozen=True)
@@ -43,32 +57,30 @@ def ledger(model: Transformer, cache: Cache) -> Ledger:
     return Ledger(labels, torch.stack(terms))
 
 
-@torch.inference_mode()
 def final_residual(model: Transformer, cache: Cache) -> Tensor:
-    """The residual after the last block (before the final LayerNorm): [batch pos d_model]."""
-    n = model.cfg.n_layers
-    return cache[f"blocks.{n - 1}.hook_resid_post"] if n else ledger(model, cache).terms.sum(0)
+    """The residual after the last block (before the final LayerNorm): [batch pos d_model]. With no blocks it is
+    the embedded input itself, so it is no independent reference for the ledger: ``ledger_check`` uses the logits."""
+    return boundaries(model, cache)[-1]
 
 
-@torch.inference_mode()
 def boundaries(model: Transformer, cache: Cache) -> Tensor:
-    """The residual at every layer boundary: before block 0, …, after the last block: [n_layers+1 batch pos d_model]."""
-    n = model.cfg.n_layers
-    stream = [cache[f"blocks.{layer}.hook_resid_pre"] for layer in range(n)]
-    return torch.stack(stream + [final_residual(model, cache)])
+    """The residual at every layer boundary: the embedded input, then after each block: [n_layers+1 batch pos d_model]."""
+    embedded = cache["hook_embed"] + (cache["hook_pos_embed"] if model.cfg.positional == "standard" else 0)
+    return torch.stack([embedded] + [cache[f"blocks.{layer}.hook_resid_post"] for layer in range(model.cfg.n_layers)])
 
 
 def unembed(model: Transformer, resid: Tensor) -> Tensor:
-    """The model's own read-out of a residual: final LayerNorm (if any), then W_U and b_U."""
+    """The read-out of a residual [… d_model] written from the weights: the final LayerNorm (if any: centre, divide
+    by √(mean(x²) + ε), then · w + b), then W_U and b_U: [… d_vocab]."""
     if model.cfg.normalization == "LN":
-        resid = model.ln_final(resid, None, "ln_final")
+        centred = resid - resid.mean(-1, keepdim=True)
+        resid = centred / (centred.pow(2).mean(-1, keepdim=True) + LN_EPS).sqrt() * model.ln_final.w + model.ln_final.b
     return resid @ model.unembed.W_U + model.unembed.b_U
 
 
 @torch.inference_mode()
 def logit_lens(model: Transformer, cache: Cache) -> Tensor:
-    """Logits read at every layer boundary, each through the final LayerNorm: [n_layers+1 batch pos d_vocab].
-    The last equals the model's logits."""
+    """Logits read at every layer boundary through the model's read-out: [n_layers+1 batch pos d_vocab]."""
     return unembed(model, boundaries(model, cache))
 
 
@@ -112,3 +124,168 @@ def subspace_overlap(model: Transformer) -> tuple[list[str], Tensor]:
 def random_overlap(d_model: int, d_head: int) -> float:
     """The expected overlap of two random d_head-dimensional subspaces of a d_model-dimensional space."""
     return d_head / d_model
+
+
+def random_overlap_sd(d_model: int, d_head: int) -> float:
+    """The standard deviation of that overlap: Var tr(P₁P₂) = 2k²(n−k)² / (n²(n−1)(n+2)) for two random rank-k
+    projections in n dimensions, divided by k. Overlaps of different pairs are uncorrelated."""
+    n, k = d_model, d_head
+    return (2 * (n - k) ** 2 / (n**2 * (n - 1) * (n + 2))) ** 0.5 if n > 1 else 0.0
+
+
+# The page's experiments ----------------------------------------------------------------------------------------
+
+
+def _run(model: Transformer, ids: tuple[int, ...]) -> tuple[Tensor, Cache]:
+    return model.run_with_cache(torch.tensor([ids]))
+
+
+@dataclass(frozen=True)
+class LedgerCheck:
+    """The ledger's sum against a separate forward pass of the model."""
+
+    logits: Check           # the sum through the read-out against that pass's logits
+    residual: Check | None  # the sum against that pass's residual after its last block; None with no blocks
+
+    @property
+    def passed(self) -> bool:
+        return self.logits.passed and (self.residual is None or self.residual.passed)
+
+
+@torch.inference_mode()
+def ledger_check(model: Transformer, tokens: Tensor, book: Ledger) -> LedgerCheck:
+    """The sum of ``book``'s terms (from a cache of ``tokens`` [batch pos]) against a fresh run of the model on
+    ``tokens``: through the read-out against its logits, and against blocks.{n−1}.hook_resid_post where there
+    are blocks. Neither reference is built from the terms, so a missing term fails, with no layers too."""
+    logits, cache = model.run_with_cache(tokens)
+    total = book.terms.sum(0).to(logits.device)                                # [batch pos d_model]
+    tolerance, n = model_tolerance(model), model.cfg.n_layers
+    residual = compare(total, cache[f"blocks.{n - 1}.hook_resid_post"], tolerance) if n else None
+    return LedgerCheck(compare(unembed(model, total), logits, tolerance), residual)
+
+
+@dataclass(frozen=True)
+class LedgerAt:
+    labels: list[str]         # one per component
+    projections: np.ndarray   # [component] each term's length along x̂_final at the position; they sum to ‖x_final‖
+    norms: np.ndarray         # [component] ‖term‖ at the position
+    final_norm: float         # ‖x_final‖ at the position
+    check: LedgerCheck        # the sum of the terms at every position, against a separate forward pass
+
+
+@torch.inference_mode()
+def ledger_at(model: Transformer, ids: tuple[int, ...], position: int) -> LedgerAt:
+    """The ledger at one position: every component's write, and its length along the final residual."""
+    _, cache = _run(model, ids)
+    book = ledger(model, cache)
+    terms = book.terms[:, 0, position]                                         # [component d_model]
+    final = final_residual(model, cache)[0, position]                          # [d_model]
+    return LedgerAt(book.labels, (terms @ (final / final.norm())).double().cpu().numpy(),
+                    terms.norm(dim=-1).double().cpu().numpy(), float(final.norm()),
+                    ledger_check(model, torch.tensor([ids]), book))
+
+
+@dataclass(frozen=True)
+class Depth:
+    norms: np.ndarray         # [boundary pos] ‖residual‖ at every layer boundary and position
+    components: list[str]     # "L0 attention", "L0 MLP", …
+    added: np.ndarray         # [component] mean ‖output‖ over positions of what each component adds
+
+
+@torch.inference_mode()
+def depth(model: Transformer, ids: tuple[int, ...]) -> Depth:
+    """The stream's size through depth, and how much each attention layer and MLP adds on average."""
+    _, cache = _run(model, ids)
+    outputs = {}
+    for layer in range(model.cfg.n_layers):
+        outputs[f"L{layer} attention"] = cache[f"blocks.{layer}.hook_attn_out"][0]    # [pos d_model]
+        if not model.cfg.attn_only:
+            outputs[f"L{layer} MLP"] = cache[f"blocks.{layer}.hook_mlp_out"][0]
+    added = np.array([float(out.norm(dim=-1).mean()) for out in outputs.values()])
+    return Depth(boundaries(model, cache)[:, 0].norm(dim=-1).double().cpu().numpy(), list(outputs), added)
+
+
+@dataclass(frozen=True)
+class Lens:
+    top: list[list[int]]      # [boundary LENS_TOP] the likeliest tokens read at each boundary
+    top_probs: np.ndarray     # [boundary LENS_TOP] their probabilities
+    next_token: int | None    # the token that actually follows the position (None at the last)
+    next_probs: np.ndarray    # [boundary] its probability at each boundary (empty at the last position)
+    candidates: list[int]     # the model's CANDIDATES likeliest next tokens at the position
+    check: Check              # the lens after the last block against a separate model(tokens), every position
+
+
+@torch.inference_mode()
+def lens(model: Transformer, ids: tuple[int, ...], position: int) -> Lens:
+    """The logit lens at one position: the stream read through the model's read-out after every block."""
+    _, cache = _run(model, ids)
+    read = logit_lens(model, cache)[:, 0]                                      # [boundary pos d_vocab]
+    logits = model(torch.tensor([ids]))[0]                                     # [pos d_vocab], a separate call
+    probs = read[:, position].double().softmax(-1)                             # [boundary d_vocab]
+    top = probs.topk(min(LENS_TOP, model.cfg.d_vocab), dim=-1)
+    following = ids[position + 1] if position + 1 < len(ids) else None
+    return Lens(top.indices.tolist(), top.values.cpu().numpy(), following,
+                probs[:, following].cpu().numpy() if following is not None else np.zeros(0),
+                logits[position].topk(min(CANDIDATES, model.cfg.d_vocab)).indices.tolist(),
+                compare(read[-1], logits, model_tolerance(model)))
+
+
+@dataclass(frozen=True)
+class Attribution:
+    labels: list[str]         # one per component, then "bias"
+    shares: np.ndarray        # [component] direct share of logit(token), minus that of logit(other) if given
+    logit: float              # logit(token) − logit(other) (or logit(token)) from a separate model(tokens)
+    check: Check              # the shares' sum against that logit
+
+
+@torch.inference_mode()
+def attribution(model: Transformer, ids: tuple[int, ...], position: int, token: int,
+                other: int | None = None) -> Attribution:
+    """Direct logit attribution at one position: each component's share of the logit of ``token``, or of the
+    logit difference against ``other``."""
+    _, cache = _run(model, ids)
+    logits = model(torch.tensor([ids]))[0, position]                           # [d_vocab], a separate call
+
+    def shares_of(target: int) -> tuple[list[str], Tensor]:
+        labels, shares = direct_logit_attribution(model, cache, torch.full((1, len(ids)), target))
+        return labels, shares[:, 0, position]                                  # [component]
+
+    labels, shares = shares_of(token)
+    logit = logits[token]
+    if other is not None:
+        shares, logit = shares - shares_of(other)[1], logit - logits[other]
+    return Attribution(labels, shares.double().cpu().numpy(), float(logit),
+                       compare(shares.sum(), logit, model_tolerance(model)))
+
+
+@dataclass(frozen=True)
+class Subspaces:
+    labels: list[str]         # one per head, "L0H1"
+    overlap: np.ndarray       # [head head] mean squared cosine of the principal angles
+    pairs: int                # pairs of different heads
+    mean: float               # mean overlap over those pairs (nan with fewer than two heads)
+    largest: float            # largest overlap of a pair (nan with fewer than two heads)
+    baseline: float           # expected overlap of two random subspaces: d_head / d_model
+    margin: float             # OVERLAP_SIGMAS standard deviations of the mean of that many random pairs
+    written: int              # dimensions all heads together could write: n_layers · n_heads · d_head
+    room: bool                # written ≤ d_model: the heads' subspaces could all be orthogonal
+    separate: bool            # every pair overlaps at most SEPARATE_MAX
+    versus_random: Literal["below", "about", "above", ""]  # mean against baseline ± margin; "" with one head
+
+
+@torch.inference_mode()
+def subspaces(model: Transformer) -> Subspaces:
+    """Do the heads write into separate subspaces of the stream? Their overlaps against random subspaces."""
+    cfg = model.cfg
+    if not cfg.n_layers:
+        raise ValueError("a model with no layers has no heads, so no subspaces to compare")
+    labels, overlap = subspace_overlap(model)
+    off = overlap[~torch.eye(len(labels), dtype=torch.bool, device=overlap.device)]    # [head·(head−1)]
+    pairs = len(off) // 2
+    baseline = random_overlap(cfg.d_model, cfg.d_head)
+    margin = OVERLAP_SIGMAS * random_overlap_sd(cfg.d_model, cfg.d_head) / max(pairs, 1) ** 0.5
+    mean, largest = (float(off.mean()), float(off.max())) if pairs else (float("nan"), float("nan"))
+    versus = "" if not pairs else "below" if mean < baseline - margin else "above" if mean > baseline + margin else "about"
+    written = cfg.n_layers * cfg.n_heads * cfg.d_head
+    return Subspaces(labels, overlap.cpu().numpy(), pairs, mean, largest, baseline, margin, written,
+                     written <= cfg.d_model, bool(pairs) and largest <= SEPARATE_MAX, versus)

@@ -63,16 +63,6 @@ def test_cell_check_passes_on_the_forward_pass_and_fails_on_a_changed_cell():
     assert not check.passed and check.max_abs_diff == pytest.approx(1e-3, rel=1e-2)
 
 
-@torch.inference_mode()
-def test_ledger_check_compares_with_the_forward_pass_and_fails_when_it_differs():
-    transformer = zoo.load(analogy.TRANSFORMER)
-    _, cache = transformer.run_with_cache(torch.tensor([analogy.repeated_ids(12, 0)]))
-    check = analogy.ledger_check(transformer, cache)
-    assert check.passed and check.tolerance == TOLERANCE["float32"]
-    key = f"blocks.{transformer.cfg.n_layers - 1}.hook_resid_post"
-    assert not analogy.ledger_check(transformer, dict(cache, **{key: cache[key] * 1.001})).passed
-
-
 def test_side_by_side_shapes_sums_and_cancelling_components():
     ids = analogy.repeated_ids(12, 0)
     view = analogy.side_by_side(ids)

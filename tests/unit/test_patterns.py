@@ -1,5 +1,6 @@
 """Patterns and messages: regrouping, rank, non-uniqueness, scores from W_QK, messages add up."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,44 +15,65 @@ CONFIGS = [
 ]
 
 
-def run(cfg, dtype=torch.float64):
+def setup(cfg, dtype=torch.float64):
     model = randomised(cfg).to(dtype)
-    tokens = torch.randint(0, cfg.d_vocab, (2, cfg.n_ctx), generator=torch.Generator().manual_seed(3))
-    return model, model.run_with_cache(tokens)[1]
+    return model, tuple(torch.randint(0, cfg.d_vocab, (cfg.n_ctx,), generator=torch.Generator().manual_seed(3)).tolist())
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_regrouping_is_exact_and_counts_multiply_adds(cfg):
-    model, cache = run(cfg)
-    result = patterns.regrouping(model, cache, 1 if cfg.n_layers > 1 else 0, 1, tolerance=1e-10)
-    assert result.check.passed and result.check.max_abs_diff <= 1e-10
+    model, ids = setup(cfg)
+    result = patterns.regrouping(model, ids, cfg.n_layers - 1, 1)
+    assert result.check.passed and result.check.tolerance == 1e-10 and result.check.max_abs_diff <= 1e-10
     n, dh, d = cfg.n_ctx, cfg.d_head, cfg.d_model
     assert result.macs == {"((QKᵀ)V)O": n * n * dh + n * dh * d, "(QKᵀ)(VO)": n * dh * d + n * n * d}
+    assert all(t > 0 for t in result.time_ms.values())
 
 
-def test_regrouping_float32_within_bound():
-    model, cache = run(CONFIGS[1], torch.float32)
-    assert patterns.regrouping(model, cache, 0, 0, tolerance=1e-5).check.passed
+def test_regrouping_float32_within_the_models_tolerance():
+    model, ids = setup(CONFIGS[1], torch.float32)
+    check = patterns.regrouping(model, ids, 0, 0).check
+    assert check.passed and check.tolerance == 1e-5
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_W_QK_and_W_OV_have_rank_at_most_d_head(cfg):
-    model, _ = run(cfg)
-    for name, values in patterns.spectra(model, 0, 0).items():
-        assert len(values) == cfg.d_model
-        assert values[cfg.d_head - 1] > 1e-6 and values[cfg.d_head:].max(initial=0) <= 1e-10 * values[0], name
+    model, _ = setup(cfg)
+    result = patterns.ranks(model, 0, 0)
+    assert result.verdicts == {"W_QK": "passed", "W_OV": "passed"}
+    for name, values in result.spectra.items():
+        assert len(values) == cfg.d_model and result.ranks[name] == cfg.d_head, name
+        assert values[cfg.d_head - 1] > 1e-6 and result.beyond[name] <= 1e-10, name
+
+
+def test_with_one_head_rank_at_most_d_head_is_vacuous():
+    """d_head = d_model: no singular value lies past d_head, so the old page showed a green pass for nothing."""
+    model, _ = setup(ModelConfig(n_layers=1, d_model=8, n_heads=1, d_vocab=10, n_ctx=6))
+    result = patterns.ranks(model, 0, 0)
+    assert result.verdicts == {"W_QK": "vacuous", "W_OV": "vacuous"}
+    assert result.ranks == {"W_QK": 8, "W_OV": 8} and result.beyond == {"W_QK": 0.0, "W_OV": 0.0}
+
+
+def test_rank_verdict_known_answers():
+    assert patterns.rank_verdict(np.array([3.0, 2.0, 1e-3]), d_head=2) == "failed"
+    assert patterns.rank_verdict(np.array([3.0, 2.0, 1e-12]), d_head=2) == "passed"
+    assert patterns.rank_verdict(np.array([3.0, 2.0]), d_head=2) == "vacuous"
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_only_the_products_matter(cfg):
-    model, cache = run(cfg)
-    diffs = patterns.non_uniqueness(model, cache, 0, 1, seed=0)
-    assert diffs["pattern"] <= 1e-10 and diffs["messages"] <= 1e-10
+    model, ids = setup(cfg)
+    result = patterns.non_uniqueness(model, ids, 0, 1, seed=0)
+    for check in (result.pattern, result.messages):
+        assert check.passed and check.tolerance == 1e-10 and check.max_abs_diff <= 1e-10
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
+@torch.inference_mode()
 def test_scores_from_W_QK_equal_the_cached_scores(cfg):
-    model, cache = run(cfg)
+    model, _ = setup(cfg)
+    tokens = torch.randint(0, cfg.d_vocab, (2, cfg.n_ctx), generator=torch.Generator().manual_seed(3))
+    _, cache = model.run_with_cache(tokens)
     for layer in range(cfg.n_layers):
         for head in range(cfg.n_heads):
             mine = patterns.scores_from_W_QK(model, cache, layer, head)
@@ -62,9 +84,22 @@ def test_scores_from_W_QK_equal_the_cached_scores(cfg):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
+def test_scores_and_pattern(cfg):
+    model, ids = setup(cfg)
+    result = patterns.scores(model, ids, 0, 1)
+    assert result.check.passed and result.check.max_abs_diff <= 1e-10
+    n = cfg.n_ctx
+    above = np.triu(np.ones((n, n), dtype=bool), 1)
+    assert np.isneginf(result.scores[above]).all() and np.isfinite(result.scores[~above]).all()
+    assert (result.pattern[above] == 0).all() and np.allclose(result.pattern.sum(-1), 1, atol=1e-12)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
 def test_weighted_messages_equal_the_head_output(cfg):
-    model, cache = run(cfg)
-    result = patterns.messages(model, cache, 0, 1, dest=cfg.n_ctx - 1, tolerance=1e-10)
-    assert result.check.passed
+    model, ids = setup(cfg)
+    result = patterns.messages(model, ids, 0, 1, dest=cfg.n_ctx - 1)
+    assert result.check.passed and result.check.tolerance == 1e-10
     assert result.weights.shape == (cfg.n_ctx,) and abs(result.weights.sum() - 1) <= 1e-12
-    assert len(result.top_tokens) == cfg.n_ctx and all(len(t) == 3 for t in result.top_tokens)
+    assert len(result.top_tokens) == cfg.n_ctx and all(len(t) == patterns.TOP_PUSHED for t in result.top_tokens)
+    early = patterns.messages(model, ids, 0, 1, dest=2)
+    assert early.weights.shape == (3,) and early.check.passed

@@ -1,9 +1,12 @@
-"""The residual stream: the ledger balances, the logit lens ends at the logits, DLA adds up."""
+"""The residual stream: the ledger balances against a separate forward pass, the logit lens ends at the model's
+logits, DLA adds up, and the heads' subspaces are compared with random ones."""
 
+import numpy as np
 import pytest
 import torch
 
-from mechlib import residual
+from mechlib import residual, zoo
+from mechlib.checks import SEPARATE_MAX
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
 from tests.unit.helpers import randomised
@@ -14,6 +17,7 @@ CONFIGS = [
     ModelConfig(n_layers=2, d_model=24, n_heads=4, d_vocab=30, n_ctx=10, d_mlp=48, normalization="LN"),
     ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=20, n_ctx=8, positional="shortformer"),
 ]
+ZERO_LAYERS, LAYER_NORM = CONFIGS[0], CONFIGS[2]
 
 
 def run(cfg: ModelConfig, dtype=torch.float64):
@@ -23,24 +27,122 @@ def run(cfg: ModelConfig, dtype=torch.float64):
     return model, tokens, logits, cache
 
 
+def ids_for(cfg: ModelConfig) -> tuple[int, ...]:
+    return tuple(torch.randint(0, cfg.d_vocab, (cfg.n_ctx,), generator=torch.Generator().manual_seed(2)).tolist())
+
+
 @pytest.mark.parametrize("cfg", CONFIGS)
 @torch.inference_mode()
-def test_ledger_sums_to_the_final_residual(cfg):
-    model, _, logits, cache = run(cfg)
+def test_ledger_balances_against_a_separate_forward_pass(cfg):
+    model, tokens, _, cache = run(cfg)
     book = residual.ledger(model, cache)
-    assert len(book.labels) == book.terms.shape[0]
-    assert (book.terms.sum(0) - residual.final_residual(model, cache)).abs().max() <= 1e-10
     expected = 1 + (cfg.positional == "standard") + cfg.n_layers * (cfg.n_heads + 1 + 2 * (cfg.d_mlp is not None))
-    assert len(book.labels) == expected
+    assert len(book.labels) == book.terms.shape[0] == expected
+    check = residual.ledger_check(model, tokens, book)
+    assert check.passed and check.logits.max_abs_diff <= 1e-10 and check.logits.tolerance == 1e-10
+    assert (check.residual is None) == (cfg.n_layers == 0)
+    if check.residual is not None:
+        assert check.residual.max_abs_diff <= 1e-10
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@torch.inference_mode()
+def test_a_ledger_missing_a_term_fails_the_check(cfg):
+    """With no layers the old check compared the ledger's sum with itself and passed whatever the ledger held."""
+    model, tokens, _, cache = run(cfg)
+    book = residual.ledger(model, cache)
+    for dropped in (0, len(book.labels) - 1):  # the embedding, and the last component
+        short = residual.Ledger(book.labels[:dropped] + book.labels[dropped + 1:],
+                                torch.cat([book.terms[:dropped], book.terms[dropped + 1:]]))
+        check = residual.ledger_check(model, tokens, short)
+        assert not check.passed and not check.logits.passed, book.labels[dropped]
+        assert check.residual is None or not check.residual.passed
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_a_ledger_function_that_drops_a_term_fails_the_page_check(cfg, monkeypatch):
+    """The old zero-layer reference was built by the ledger function itself, so a bug in it could not show."""
+    model, ids = randomised(cfg), ids_for(cfg)
+    assert residual.ledger_at(model, ids, 3).check.passed
+    full = residual.ledger
+    monkeypatch.setattr(residual, "ledger", lambda m, c: residual.Ledger(full(m, c).labels[1:], full(m, c).terms[1:]))
+    assert not residual.ledger_at(model, ids, 3).check.passed
+
+
+@torch.inference_mode()
+def test_zero_layer_ledger_is_checked_against_the_logits():
+    model, tokens, _, cache = run(ZERO_LAYERS)
+    book = residual.ledger(model, cache)
+    assert book.labels == ["embed", "pos_embed"]
+    nudged = residual.Ledger(book.labels, book.terms + 1e-6 * torch.randn(book.terms.shape, dtype=torch.float64))
+    assert residual.ledger_check(model, tokens, book).passed
+    assert not residual.ledger_check(model, tokens, nudged).passed
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@torch.inference_mode()
+def test_boundaries_are_the_models_residuals(cfg):
+    model, _, _, cache = run(cfg)
+    stream = residual.boundaries(model, cache)
+    assert stream.shape == (cfg.n_layers + 1, 3, cfg.n_ctx, cfg.d_model)
+    for layer in range(cfg.n_layers):
+        assert torch.equal(stream[layer], cache[f"blocks.{layer}.hook_resid_pre"])
+    assert torch.equal(residual.final_residual(model, cache), stream[-1])
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
 @torch.inference_mode()
 def test_logit_lens_last_layer_is_the_models_output(cfg):
-    model, _, logits, cache = run(cfg)
+    model, tokens, _, cache = run(cfg)
     lens = residual.logit_lens(model, cache)
     assert lens.shape == (cfg.n_layers + 1, 3, cfg.n_ctx, cfg.d_vocab)
-    assert (lens[-1] - logits).abs().max() <= 1e-10
+    assert (lens[-1] - model(tokens)).abs().max() <= 1e-10
+
+
+def skip_layer_norm(model, resid):
+    return resid @ model.unembed.W_U + model.unembed.b_U
+
+
+@pytest.mark.parametrize("name", ["gelu-2l", "random LN"])
+def test_lens_check_catches_a_lens_that_skips_the_final_layer_norm(name, monkeypatch):
+    model = zoo.load("gelu-2l") if name == "gelu-2l" else randomised(LAYER_NORM)
+    ids = ids_for(model.cfg)
+    assert residual.lens(model, ids, 3).check.passed
+    monkeypatch.setattr(residual, "unembed", skip_layer_norm)
+    assert not residual.lens(model, ids, 3).check.passed
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_ledger_at_a_position(cfg):
+    model = randomised(cfg)
+    result = residual.ledger_at(model, ids_for(cfg), 4)
+    assert result.check.passed
+    assert result.projections.sum() == pytest.approx(result.final_norm, abs=1e-9)
+    assert len(result.labels) == len(result.projections) == len(result.norms)
+    assert (result.norms + 1e-12 >= np.abs(result.projections)).all()
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_depth(cfg):
+    model = randomised(cfg)
+    result = residual.depth(model, ids_for(cfg))
+    assert result.norms.shape == (cfg.n_layers + 1, cfg.n_ctx) and (result.norms > 0).all()
+    per_layer = ["attention"] + ([] if cfg.attn_only else ["MLP"])
+    assert result.components == [f"L{l} {kind}" for l in range(cfg.n_layers) for kind in per_layer]
+    assert result.added.shape == (len(result.components),) and (result.added > 0).all()
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_lens_at_a_position(cfg):
+    model, ids = randomised(cfg), ids_for(cfg)
+    result = residual.lens(model, ids, 2)
+    assert result.check.passed and result.check.max_abs_diff <= 1e-10
+    assert len(result.top) == cfg.n_layers + 1 and all(len(t) == residual.LENS_TOP for t in result.top)
+    assert (np.diff(result.top_probs, axis=1) <= 0).all()
+    assert result.next_token == ids[3] and result.next_probs.shape == (cfg.n_layers + 1,)
+    assert len(result.candidates) == residual.CANDIDATES
+    last = residual.lens(model, ids, cfg.n_ctx - 1)
+    assert last.next_token is None and last.next_probs.shape == (0,)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
@@ -54,9 +156,22 @@ def test_direct_logit_attribution_adds_up_to_the_logit(cfg):
     assert (shares.sum(0) - logit).abs().max() <= 1e-10
 
 
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_attribution_of_a_logit_and_of_a_difference(cfg):
+    model, ids = randomised(cfg), ids_for(cfg)
+    logits = model(torch.tensor([ids]))[0, 5].detach()
+    single = residual.attribution(model, ids, 5, 7)
+    assert single.check.passed and single.logit == pytest.approx(float(logits[7]), abs=1e-10)
+    difference = residual.attribution(model, ids, 5, 7, 2)
+    assert difference.check.passed and difference.logit == pytest.approx(float(logits[7] - logits[2]), abs=1e-10)
+    assert np.allclose(difference.shares, single.shares - residual.attribution(model, ids, 5, 2).shares, atol=1e-12)
+    same = residual.attribution(model, ids, 5, 7, 7)
+    assert same.logit == 0 and np.abs(same.shares).max() == 0
+
+
 @torch.inference_mode()
 def test_direct_logit_attribution_float32_within_a_stated_bound():
-    model, tokens, logits, cache = run(CONFIGS[2], torch.float32)
+    model, tokens, logits, cache = run(LAYER_NORM, torch.float32)
     _, shares = residual.direct_logit_attribution(model, cache, tokens)
     logit = logits.gather(-1, tokens[..., None])[..., 0]
     assert ((shares.sum(0) - logit).abs() <= 1e-4 * logit.abs().clamp(min=1)).all()
@@ -72,10 +187,43 @@ def test_subspace_overlap_known_answers():
     labels, overlap = residual.subspace_overlap(model)
     assert labels == ["L0H0", "L0H1"]
     assert torch.allclose(overlap, torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64))
+    result = residual.subspaces(model)
+    assert result.separate and result.versus_random == "below" and result.room
+    assert result.pairs == 1 and result.largest <= SEPARATE_MAX
 
 
 def test_random_heads_overlap_about_d_head_over_d_model():
     cfg = ModelConfig(n_layers=2, d_model=256, n_heads=8, d_vocab=5, n_ctx=4)
-    _, overlap = residual.subspace_overlap(Transformer(cfg))
-    off_diagonal = overlap[~torch.eye(16, dtype=torch.bool)]
-    assert off_diagonal.mean() == pytest.approx(residual.random_overlap(256, 32), rel=0.1)
+    result = residual.subspaces(Transformer(cfg))
+    assert result.pairs == 16 * 15 // 2 and result.baseline == 32 / 256
+    assert result.mean == pytest.approx(result.baseline, rel=0.1)
+    assert result.versus_random == "about" and not result.separate
+    assert result.written == 512 and not result.room  # 2 · 8 · 32 dimensions cannot fit orthogonally in 256
+
+
+def test_heads_sharing_one_subspace_overlap_above_random():
+    cfg = ModelConfig(n_layers=1, d_model=16, n_heads=4, d_vocab=5, n_ctx=4)
+    model = Transformer(cfg)
+    with torch.no_grad():
+        model.blocks[0].attn.W_O.copy_(model.blocks[0].attn.W_O[0].expand(4, -1, -1))
+    result = residual.subspaces(model)
+    assert result.mean == pytest.approx(1.0) and result.versus_random == "above" and not result.separate
+
+
+def test_one_head_has_nothing_to_compare():
+    result = residual.subspaces(Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=1, d_vocab=5, n_ctx=4)))
+    assert result.pairs == 0 and result.versus_random == "" and not result.separate and np.isnan(result.mean)
+
+
+def test_no_layers_no_subspaces():
+    with pytest.raises(ValueError, match="no layers has no heads"):
+        residual.subspaces(Transformer(ZERO_LAYERS))
+
+
+def test_random_overlap_spread_matches_sampling():
+    n, k, samples = 16, 4, 4000
+    g = torch.Generator().manual_seed(0)
+    first, second = (torch.linalg.qr(torch.randn(samples, n, k, generator=g, dtype=torch.float64))[0] for _ in range(2))
+    overlaps = (first.transpose(1, 2) @ second).pow(2).sum((1, 2)) / k
+    assert float(overlaps.mean()) == pytest.approx(residual.random_overlap(n, k), rel=0.03)
+    assert float(overlaps.std()) == pytest.approx(residual.random_overlap_sd(n, k), rel=0.05)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 __all__ = ["TOLERANCE", "Check", "compare", "tolerance_for", "model_tolerance", "PREV_TOKEN_MIN", "INDUCTION_MIN",
-           "ABLATION_DROP_MIN", "BIGRAM_KL_SHARE", "UNK_SHARE_MAX", "RANK_ZERO", "SEPARATE_MAX", "OVERLAP_SIGMAS",
+           "ABLATION_DROP_MIN", "RANDOM_QUANTILE", "BIGRAM_KL_SHARE", "UNK_SHARE_MAX", "RANK_ZERO", "SEPARATE_MAX", "OVERLAP_SIGMAS",
            "LOSS_TIE"]
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # tol in |a − b| ≤ tol · max(1, |reference|)
@@ -19,6 +19,7 @@ TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # tol in |a − b| ≤ tol · m
 PREV_TOKEN_MIN = 0.5      # a previous-token head puts at least half its attention on the previous position
 INDUCTION_MIN = 0.5       # an induction head puts at least half on the token after the earlier copy
 ABLATION_DROP_MIN = 0.5   # ablating a head "breaks" a score when the score falls by at least half
+RANDOM_QUANTILE = 0.95    # two heads compose "above random" past this quantile of random factors' scores
 BIGRAM_KL_SHARE = 0.1     # a zero-layer model "has learned the bigrams" when KL ≤ this share of the corpus's entropy
 UNK_SHARE_MAX = 0.2       # more than this share of <unk> tokens in a prompt gets a warning
 RANK_ZERO = 1e-10         # in float64, a singular value below this times σ₁ counts as zero

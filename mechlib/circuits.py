@@ -5,21 +5,57 @@ is never formed unless a page asks for a few of its rows.
 """
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from mechlib import residual
-from mechlib.data import bigram_distribution, builtin_text
+from mechlib.checks import BIGRAM_KL_SHARE, RANDOM_QUANTILE, Check, compare, model_tolerance
+from mechlib.data import bigram_distribution, builtin_text, token_labels
 from mechlib.device import require_budget
 from mechlib.factored import FactoredMatrix
 from mechlib.model import Cache, Transformer
 
-__all__ = ["bigram_kl", "qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_scores", "composition_mb",
-           "composition_ceiling", "random_baseline", "empirical_baseline", "copying_scores", "ov_eigenvalues",
-           "path_expansion", "skip_trigrams", "virtual_ov"]
+__all__ = ["bigram_kl", "corpus_bigrams", "frequent_tokens", "ZeroLayer", "zero_layer", "OneLayer", "one_layer",
+           "qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_score_reference", "composition_scores",
+           "composition_mb", "composition_ceiling", "random_baseline", "random_composition", "empirical_baseline", "head_label",
+           "VirtualHead", "Composition", "composition", "copying_scores", "ov_eigenvalues", "path_expansion",
+           "skip_trigrams", "virtual_ov"]
 
 MODES = ("Q", "K", "V")
+TABLE_TOKENS = 20     # tokens on a token × token table
+CHOOSABLE_TOKENS = 200  # current tokens whose next-token table a page offers
+TOP_NEXT = 8          # next tokens listed per current token
+TRIGRAM_DESTINATIONS, TRIGRAM_VOCABULARY, TRIGRAMS = 40, 300, 15  # skip-trigrams: searched over, and kept
+STRONGEST, VIRTUAL_HEADS = 3, 4  # composing pairs named, virtual heads listed
+
+
+def head_label(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+def corpus_bigrams(model: Transformer) -> tuple[Tensor, Tensor]:
+    """The built-in text's p(current) [d_vocab] and P(next | current) [d_vocab d_vocab], in the model's tokenizer."""
+    return bigram_distribution(torch.tensor(model.tokenizer.encode(builtin_text())), model.cfg.d_vocab)
+
+
+def frequent_tokens(model: Transformer, n: int) -> list[int]:
+    """The n most frequent ids of the built-in text, never <bos> or <unk>; ids 2, 3, … without a tokenizer."""
+    if model.tokenizer is None:
+        return list(range(2, min(model.cfg.d_vocab, n + 2)))
+    p_current, _ = corpus_bigrams(model)
+    return [i for i in p_current.argsort(descending=True).tolist() if i >= 2][:n]
+
+
+def _zero_layer_logits(model: Transformer) -> Tensor:
+    """W_E W_U + b_U [current next]: a zero-layer shortformer model's logits, exactly (positions reach only Q and K)."""
+    cfg = model.cfg
+    if cfg.n_layers or cfg.positional != "shortformer" or cfg.normalization is not None:
+        raise ValueError("a zero-layer model's logits are W_E W_U + b_U only for a zero-layer shortformer model "
+                         "without LayerNorm")
+    return (model.embed.W_E @ model.unembed.W_U + model.unembed.b_U).double().cpu()
 
 
 @torch.inference_mode()
@@ -28,18 +64,43 @@ def bigram_kl(model: Transformer) -> tuple[float, float]:
 
     For a zero-layer shortformer model the logits of a token are exactly W_E[token] W_U + b_U.
     """
-    cfg = model.cfg
-    if cfg.n_layers or cfg.positional != "shortformer" or cfg.normalization is not None:
-        raise ValueError("bigram_kl reads the logits as W_E W_U + b_U, which holds only for a zero-layer "
-                         "shortformer model without LayerNorm")
-    tokens = torch.tensor(model.tokenizer.encode(builtin_text()))
-    p_current, P = bigram_distribution(tokens, model.cfg.d_vocab)              # [V], [V V]
-    logits = model.embed.W_E @ model.unembed.W_U + model.unembed.b_U           # [V V]
-    log_Q = logits.double().cpu().log_softmax(-1)
+    log_Q = _zero_layer_logits(model).log_softmax(-1)                          # [V V]
+    p_current, P = corpus_bigrams(model)                                       # [V], [V V]
     log_P = torch.where(P > 0, P.log(), 0.0)
     kl = (p_current[:, None] * P * (log_P - log_Q)).sum()
     entropy = -(p_current[:, None] * P * log_P).sum()
     return float(kl), float(entropy)
+
+
+@dataclass(frozen=True)
+class ZeroLayer:
+    """A zero-layer model against the corpus: W_E W_U is the direct path, a bigram table (Elhage et al. 2021)."""
+
+    kl: float                 # KL(corpus bigrams ‖ model), nats
+    entropy: float            # the corpus's conditional bigram entropy, nats
+    bound: float              # BIGRAM_KL_SHARE · entropy
+    learned: bool             # kl ≤ bound: the model has learned the bigram statistics
+    ids: list[int]            # the CHOOSABLE_TOKENS most frequent tokens, most frequent first
+    labels: list[str]         # their labels
+    next_tokens: list[dict[str, list]]  # per id: the TOP_NEXT likeliest next tokens under the model and the corpus
+    model_table: np.ndarray   # [current next] P_model on the TABLE_TOKENS most frequent
+    corpus_table: np.ndarray  # [current next] P_corpus on the same
+
+
+@torch.inference_mode()
+def zero_layer(model: Transformer) -> ZeroLayer:
+    """The zero-layer model's bigram table W_E W_U + b_U against the corpus's, and whether it has learned it."""
+    kl, entropy = bigram_kl(model)
+    model_probs, (_, corpus_probs) = _zero_layer_logits(model).softmax(-1), corpus_bigrams(model)  # [V V] each
+    ids, tokenizer = frequent_tokens(model, CHOOSABLE_TOKENS), model.tokenizer
+    table = ids[:TABLE_TOKENS]
+    (p_model, by_model), (p_corpus, by_corpus) = (probs[ids].topk(TOP_NEXT) for probs in (model_probs, corpus_probs))
+    next_tokens = [{"model's next token": token_labels(tokenizer, by_model[i]), "model probability": p_model[i].tolist(),
+                    "corpus's next token": token_labels(tokenizer, by_corpus[i]), "corpus probability": p_corpus[i].tolist()}
+                   for i in range(len(ids))]
+    bound = BIGRAM_KL_SHARE * entropy
+    return ZeroLayer(kl, entropy, bound, kl <= bound, ids, token_labels(tokenizer, ids), next_tokens,
+                     model_probs[table][:, table].numpy(), corpus_probs[table][:, table].numpy())
 
 
 def qk_circuit(model: Transformer, layer: int, head: int) -> FactoredMatrix:
@@ -58,6 +119,23 @@ def ov_circuit(model: Transformer, layer: int, head: int) -> FactoredMatrix:
     """W_E W_OV W_U [d_vocab, d_vocab]: how attending to a source token raises each output token's logit."""
     attn = model.blocks[layer].attn
     return FactoredMatrix(model.embed.W_E @ attn.W_V[head], attn.W_O[head] @ model.unembed.W_U)
+
+
+@torch.inference_mode()
+def composition_score_reference(model: Transformer, mode: str, writer: tuple[int, int], reader: tuple[int, int]) -> float:
+    """The composition score as the paper defines it, every matrix dense [d_model d_model]:
+    ‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F), W_A the writer's W_OV, W_B what the later reader reads through:
+    its W_QK (Q-composition), W_QKᵀ (K-composition) or W_OV (V-composition). ``composition_scores``
+    computes the same for every pair at once, without forming these matrices."""
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}; choose 'Q', 'K' or 'V'")
+    if writer[0] >= reader[0]:
+        raise ValueError(f"the writer (layer {writer[0]}) must sit in an earlier layer than the reader (layer {reader[0]})")
+    a, b = model.blocks[writer[0]].attn, model.blocks[reader[0]].attn
+    W_A = a.W_V[writer[1]] @ a.W_O[writer[1]]                                   # W_OV of the writer
+    W_QK = b.W_Q[reader[1]] @ b.W_K[reader[1]].T                                # the reader's queries · keys
+    W_B = {"Q": W_QK, "K": W_QK.T, "V": b.W_V[reader[1]] @ b.W_O[reader[1]]}[mode]
+    return float(torch.linalg.matrix_norm(W_A @ W_B) / (torch.linalg.matrix_norm(W_A) * torch.linalg.matrix_norm(W_B)))
 
 
 def _orthonormal_left(left: Tensor, right: Tensor) -> Tensor:
@@ -212,13 +290,73 @@ def random_baseline(d_model: int) -> float:
 
 
 @torch.inference_mode()
-def empirical_baseline(d_model: int, d_head: int, samples: int = 200, seed: int = 0) -> float:
-    """The mean composition score of random Gaussian factors of the model's sizes."""
+def random_composition(d_model: int, d_head: int, samples: int = 200, seed: int = 0) -> tuple[float, float]:
+    """(mean, RANDOM_QUANTILE quantile) of the composition scores of random Gaussian factors of these sizes.
+    The mean is the empirical baseline; a pair composes "above random" only past the quantile, which random
+    heads exceed in 1 − RANDOM_QUANTILE of cases (past the mean, half of them would)."""
     g = torch.Generator().manual_seed(seed)
     factors = [torch.randn(samples, *shape, generator=g, dtype=torch.float64)
                for shape in ((d_model, d_head), (d_head, d_model), (d_model, d_head), (d_head, d_model))]
     A, B = FactoredMatrix(factors[0], factors[1]), FactoredMatrix(factors[2], factors[3])
-    return float(((A @ B).norm() / (A.norm() * B.norm())).mean())
+    scores = (A @ B).norm() / (A.norm() * B.norm())                           # [samples]
+    return float(scores.mean()), float(scores.quantile(RANDOM_QUANTILE))
+
+
+def empirical_baseline(d_model: int, d_head: int, samples: int = 200, seed: int = 0) -> float:
+    """The mean composition score of random Gaussian factors of the model's sizes."""
+    return random_composition(d_model, d_head, samples, seed)[0]
+
+
+@dataclass(frozen=True)
+class VirtualHead:
+    """A writer and a later reader that V-compose act as one head with OV circuit W_OV^writer W_OV^reader."""
+
+    writer: str
+    reader: str
+    v_composition: float
+    norm: float          # ‖W_OV^writer W_OV^reader‖_F
+    above_random: bool   # v_composition > the RANDOM_QUANTILE quantile of random factors' scores
+
+
+@dataclass(frozen=True)
+class Composition:
+    """Q-, K- and V-composition of every earlier head with every later one (Elhage et al. 2021)."""
+
+    writers: list[str]               # heads of layers 0 … L−2
+    readers: list[str]               # heads of layers 1 … L−1
+    scores: dict[str, np.ndarray]    # mode -> [writer reader]; NaN where the writer is not in an earlier layer
+    random: float                    # 1/√d_model
+    empirical: float                 # mean score of random factors of the model's sizes
+    threshold: float                 # their RANDOM_QUANTILE quantile: "above random" means above this
+    strongest: list[tuple[str, str, str, float]]  # (mode, writer, reader, score), the STRONGEST highest
+    virtual: list[VirtualHead]       # the VIRTUAL_HEADS pairs with the highest V-composition
+
+    @property
+    def any_virtual_above_random(self) -> bool:
+        return any(v.above_random for v in self.virtual)
+
+
+@torch.inference_mode()
+def composition(model: Transformer) -> Composition:
+    """Every earlier → later pair's composition scores, the random baselines, and the strongest virtual heads."""
+    cfg = model.cfg
+    if cfg.n_layers < 2:
+        raise ValueError("composition needs two layers or more: an earlier head to write and a later one to read")
+    L, H = cfg.n_layers, cfg.n_heads
+    writers = [head_label(layer, head) for layer in range(L - 1) for head in range(H)]
+    readers = [head_label(layer, head) for layer in range(1, L) for head in range(H)]
+    earlier = np.arange(L - 1).repeat(H)[:, None] < np.arange(1, L).repeat(H)[None, :]  # [writer reader]
+    scores = {mode: np.where(earlier, composition_scores(model, mode)[:-1, :, 1:].reshape((L - 1) * H, (L - 1) * H)
+                             .double().cpu().numpy(), np.nan) for mode in MODES}
+    empirical, threshold = random_composition(cfg.d_model, cfg.d_head)
+    pairs = [(float(scores[m][a, b]), m, a, b) for m in MODES for a, b in zip(*earlier.nonzero())]
+    strongest = [(m, writers[a], readers[b], score) for score, m, a, b in sorted(pairs, reverse=True)[:STRONGEST]]
+    virtual = []
+    for score, _, a, b in sorted((p for p in pairs if p[1] == "V"), reverse=True)[:VIRTUAL_HEADS]:
+        writer, reader = divmod(int(a), H), divmod(int(b) + H, H)              # readers start at layer 1
+        norm = float(virtual_ov(model, writer, reader).norm())
+        virtual.append(VirtualHead(writers[a], readers[b], score, norm, score > threshold))
+    return Composition(writers, readers, scores, random_baseline(cfg.d_model), empirical, threshold, strongest, virtual)
 
 
 @torch.inference_mode()
@@ -279,3 +417,43 @@ def virtual_ov(model: Transformer, earlier: tuple[int, int], later: tuple[int, i
     what the later head moves when what it reads was written by the earlier head."""
     a, b = model.blocks[earlier[0]].attn, model.blocks[later[0]].attn
     return FactoredMatrix(a.W_V[earlier[1]], a.W_O[earlier[1]] @ b.W_V[later[1]] @ b.W_O[later[1]])
+
+
+@dataclass(frozen=True)
+class OneLayer:
+    """One head of layer 0 read from its weights, layer 0's copying, and the path expansion of one prompt."""
+
+    labels: list[str]         # the TABLE_TOKENS most frequent tokens: rows and columns of qk and ov
+    qk: np.ndarray            # [destination source] W_E W_QK W_Eᵀ on those tokens
+    ov: np.ndarray            # [source output] W_E W_OV W_U on those tokens
+    trigrams: list[tuple[str, str, str, float, float]]  # (source, destination, output, QK score, OV logit)
+    eigenvalues: dict[str, np.ndarray]  # head label -> [d_head] complex eigenvalues of its OV circuit, layer 0
+    copying: np.ndarray       # [head] Σ Re λ / Σ |λ|, layer 0
+    copiers: int              # heads of layer 0 with a positive copying score
+    path_labels: list[str]    # the paths of the path expansion; empty with LayerNorm
+    path_norms: np.ndarray | None  # [path] mean ‖logit contribution‖ over the prompt's positions
+    path_check: Check | None  # Σ paths against the model's logits from a separate forward pass; None with LayerNorm
+
+
+@torch.inference_mode()
+def one_layer(model: Transformer, head: int, ids: tuple[int, ...]) -> OneLayer:
+    """Layer 0's head ``head``: QK and OV circuits on the most frequent tokens, its skip-trigrams; every layer-0
+    head's OV eigenvalues and copying score; the path expansion of the prompt ``ids`` (without LayerNorm)."""
+    vocabulary = frequent_tokens(model, TRIGRAM_VOCABULARY)
+    table, tokenizer = vocabulary[:TABLE_TOKENS], model.tokenizer
+    qk = qk_circuit(model, 0, head).rows(table).columns(table).dense().double().cpu().numpy()
+    ov = ov_circuit(model, 0, head).rows(table).columns(table).dense().double().cpu().numpy()
+    trigrams = [(*token_labels(tokenizer, [s, d, o]), q, v) for s, d, o, q, v in
+                skip_trigrams(model, 0, head, vocabulary[:TRIGRAM_DESTINATIONS], vocabulary,
+                              per_destination=min(2, len(vocabulary)))[:TRIGRAMS]]
+    eigenvalues = {head_label(0, h): ov_eigenvalues(model, 0, h).cpu().numpy() for h in range(model.cfg.n_heads)}
+    copying = copying_scores(model)[0].numpy()
+    labels, norms, check = [], None, None
+    if model.cfg.normalization is None:
+        tokens = torch.tensor([ids])                                            # [batch=1 pos]
+        _, cache = model.run_with_cache(tokens)
+        labels, paths = path_expansion(model, cache)                            # [path batch pos d_vocab]
+        check = compare(paths.sum(0), model(tokens), model_tolerance(model))
+        norms = paths[:, 0].norm(dim=-1).mean(-1).double().cpu().numpy()
+    return OneLayer(token_labels(tokenizer, table), qk, ov, trigrams, eigenvalues, copying, int((copying > 0).sum()),
+                    labels, norms, check)

@@ -5,19 +5,25 @@ L+1…2L. An induction head at a second-repeat token attends to the token after 
 copy (position q − L + 1) and copies it; a previous-token head attends to q − 1.
 """
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 from torch import Tensor
 
+from mechlib import circuits, zoo
+from mechlib.checks import ABLATION_DROP_MIN, INDUCTION_MIN, PREV_TOKEN_MIN, RANDOM_QUANTILE
 from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
 __all__ = ["EVAL_LENGTH", "eval_length", "repeated_sequences", "stacked_patterns", "previous_token_scores",
-           "induction_scores",
-           "duplicate_token_scores", "second_half_loss", "loss_by_position", "mean_ablation", "head_scores", "in_context_learning_score",
-           "evaluate"]
+           "induction_scores", "duplicate_token_scores", "second_half_loss", "loss_by_position", "mean_ablation",
+           "head_scores", "in_context_learning_score", "evaluate", "InductionCircuit", "induction_circuit", "TwoLayers",
+           "two_layers", "Snapshot", "snapshot", "PhaseChange", "phase_change"]
 
 EVAL_LENGTH = 20  # scored at this segment length; training sequences avoid it
+ICL_BATCH, ICL_SEED = 16, 7  # repeated sequences the in-context-learning score of a checkpoint is measured on
 
 
 def eval_length(n_ctx: int) -> int:
@@ -127,3 +133,132 @@ def evaluate(model: Transformer, batch: int = 32, seed: int = 1234) -> dict[str,
         out["induction"] = float(induction_scores(patterns, tokens, length).max())
         out["prev_token"] = float(previous_token_scores(patterns).max())
     return out
+
+
+@dataclass(frozen=True)
+class InductionCircuit:
+    """The induction circuit (Olsson et al. 2022) as found in a model: a previous-token head, a later induction
+    head whose keys read it (K-composition), and the ablation showing that the second needs the first. Each
+    part is claimed only past its threshold in ``mechlib.checks``; ``missing`` says which parts are not there."""
+
+    previous: str            # the best previous-token head in a layer before the induction head's
+    previous_score: float
+    induction: str           # the best induction head in layers 1 …
+    induction_score: float
+    k_composition: float     # previous → induction (``circuits.composition_score_reference``)
+    k_ceiling: float         # the most their singular values allow (``circuits.composition_ceiling``)
+    baseline: float          # the mean composition score of random factors of these sizes (empirical)
+    threshold: float         # their RANDOM_QUANTILE quantile: composing "above random" means above this
+    ablated_score: float     # the induction head's score with the previous-token head's output set to zero
+    drop: float              # 1 − ablated_score / induction_score
+    has_previous: bool       # previous_score ≥ PREV_TOKEN_MIN
+    has_induction: bool      # induction_score ≥ INDUCTION_MIN
+    composes: bool           # k_composition > threshold
+    depends: bool            # drop ≥ ABLATION_DROP_MIN
+    missing: list[str]       # one line per part that fails; empty when the whole circuit is found
+
+    @property
+    def found(self) -> bool:
+        return not self.missing
+
+
+def _circuit(model: Transformer, scores: dict[str, Tensor]) -> InductionCircuit:
+    """The circuit from ``head_scores(model)``: the best induction head in any layer after the first, the best
+    previous-token head in any layer before it."""
+    cfg = model.cfg
+    if cfg.n_layers < 2:
+        raise ValueError("an induction circuit needs two layers or more: a previous-token head before an induction head")
+    layer, head = divmod(int(scores["induction"][1:].argmax()), cfg.n_heads)
+    induction = (layer + 1, head)
+    previous = divmod(int(scores["prev_token"][: induction[0]].argmax()), cfg.n_heads)
+    P, I = circuits.head_label(*previous), circuits.head_label(*induction)
+    previous_score, induction_score = float(scores["prev_token"][previous]), float(scores["induction"][induction])
+    k = circuits.composition_score_reference(model, "K", previous, induction)
+    ceiling = float(circuits.composition_ceiling(model, "K")[(*previous, *induction)])
+    baseline, threshold = circuits.random_composition(cfg.d_model, cfg.d_head)
+    ablated = float(head_scores(model, ablate={previous: model.embed.W_E.new_zeros(cfg.d_head)})["induction"][induction])
+    drop = 1 - ablated / induction_score if induction_score > 0 else 0.0
+    has_previous, has_induction = previous_score >= PREV_TOKEN_MIN, induction_score >= INDUCTION_MIN
+    composes, depends = k > threshold, drop >= ABLATION_DROP_MIN
+    missing = [line for passed, line in (
+        (has_previous, f"no previous-token head before layer {induction[0]}: the best, {P}, scores "
+                       f"{previous_score:.2f} < {PREV_TOKEN_MIN}"),
+        (has_induction, f"no induction head: the best, {I}, scores {induction_score:.2f} < {INDUCTION_MIN}"),
+        (composes, f"no K-composition: {P} → {I} scores {k:.3f}, not above random ({RANDOM_QUANTILE:.0%} of random "
+                   f"heads score up to {threshold:.3f}; their mean is {baseline:.3f})"),
+        (depends, f"{I} does not depend on {P}: ablating {P} moves its induction score from {induction_score:.2f} "
+                  f"to {ablated:.2f}, a drop of {drop:.0%} < {ABLATION_DROP_MIN:.0%}")) if not passed]
+    return InductionCircuit(P, previous_score, I, induction_score, k, ceiling, baseline, threshold, ablated, drop,
+                            has_previous, has_induction, composes, depends, missing)
+
+
+@torch.inference_mode()
+def induction_circuit(model: Transformer) -> InductionCircuit:
+    """Find the induction circuit in ``model`` and test each of its parts."""
+    return _circuit(model, head_scores(model))
+
+
+def _example_patterns(model: Transformer, seed: int) -> np.ndarray:
+    """Every head's pattern on one repeated random sequence from ``seed``: [layer head query_pos key_pos]."""
+    _, cache = model.run_with_cache(repeated_sequences(model.cfg.d_vocab, eval_length(model.cfg.n_ctx), 1, seed))
+    return stacked_patterns(cache, model.cfg.n_layers)[:, 0].numpy()
+
+
+@dataclass(frozen=True)
+class TwoLayers:
+    """Two layers or more: how heads compose, and the induction circuit they may form."""
+
+    patterns: np.ndarray            # [layer head query_pos key_pos] every head on one repeated random sequence
+    heads: list[str]                # every head, layer by layer: "L0H0", "L0H1", …
+    scores: dict[str, np.ndarray]   # prev_token, duplicate_token, induction: [layer head] over a batch
+    composition: circuits.Composition
+    circuit: InductionCircuit
+
+
+@torch.inference_mode()
+def two_layers(model: Transformer, seed: int) -> TwoLayers:
+    """Every head's pattern on a repeated sequence from ``seed``, its scores, composition, and the induction circuit."""
+    scores = head_scores(model)
+    heads = [circuits.head_label(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    return TwoLayers(_example_patterns(model, seed), heads, {name: value.numpy() for name, value in scores.items()},
+                     circuits.composition(model), _circuit(model, scores))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A model during training: its heads' patterns and best scores."""
+
+    patterns: np.ndarray               # [layer head query_pos key_pos] on a repeated sequence
+    best_previous: tuple[str, float]   # the head with the highest previous-token score, and the score
+    best_induction: tuple[str, float]  # the head with the highest induction score, and the score
+
+
+@torch.inference_mode()
+def snapshot(model: Transformer, seed: int) -> Snapshot:
+    """Every head's pattern on a repeated sequence from ``seed``, and the best previous-token and induction heads."""
+    scores = head_scores(model)
+    best = {name: (circuits.head_label(*divmod(int(scores[name].argmax()), model.cfg.n_heads)), float(scores[name].max()))
+            for name in ("prev_token", "induction")}
+    return Snapshot(_example_patterns(model, seed), best["prev_token"], best["induction"])
+
+
+@dataclass(frozen=True)
+class PhaseChange:
+    """A zoo model's shipped checkpoints, scored: when an induction head forms and the context starts to help."""
+
+    steps: list[int]
+    induction: list[float]     # the best induction score per checkpoint
+    icl: list[float]           # the in-context-learning score per checkpoint, nats (negative: the context helps)
+    formed_at: int | None      # the first step whose best induction score reaches INDUCTION_MIN
+
+
+@torch.inference_mode()
+def phase_change(name: str) -> PhaseChange:
+    """Score every shipped checkpoint of the zoo model ``name``."""
+    steps, best, icl = zoo.snapshot_steps(name), [], []
+    for step in steps:
+        model = zoo.load_snapshot(name, step)
+        best.append(float(head_scores(model)["induction"].max()))
+        tokens = repeated_sequences(model.cfg.d_vocab, eval_length(model.cfg.n_ctx), ICL_BATCH, ICL_SEED)
+        icl.append(in_context_learning_score(model, tokens))
+    return PhaseChange(steps, best, icl, next((s for s, b in zip(steps, best) if b >= INDUCTION_MIN), None))

@@ -1,32 +1,57 @@
 """Circuits: factored circuits equal dense ones; composition and copying scores have known answers."""
 
 import copy
+import itertools
 
+import numpy as np
 import pytest
 import torch
 
 from mechlib import attention, circuits
 from mechlib.config import ModelConfig
 from mechlib.device import BudgetError
+from mechlib.factored import FactoredMatrix
 from mechlib.model import Transformer
 
 CFG = ModelConfig(n_layers=3, d_model=32, n_heads=4, d_vocab=40, n_ctx=12, seed=2)
 
 
 def dense_composition(model: Transformer, mode: str) -> torch.Tensor:
-    """The paper's definition, with every d_model × d_model matrix formed."""
-    W = {name: torch.stack([getattr(b.attn, name) for b in model.blocks]).double() for name in ("W_Q", "W_K", "W_V", "W_O")}
-    OV = attention.W_OV(W["W_V"].flatten(0, 1), W["W_O"].flatten(0, 1))          # [LH d d]
-    QK = attention.W_QK(W["W_Q"].flatten(0, 1), W["W_K"].flatten(0, 1))
-    second = {"Q": QK, "K": QK.transpose(-1, -2), "V": OV}[mode]
+    """The paper's definition (``composition_score_reference``, every d_model × d_model matrix formed), for every pair."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
     out = torch.zeros(L, H, L, H, dtype=torch.float64)
-    for a in range(L * H):
-        for b in range(L * H):
-            if a // H < b // H:
-                out[a // H, a % H, b // H, b % H] = (torch.linalg.matrix_norm(OV[a] @ second[b])
-                                                     / (torch.linalg.matrix_norm(OV[a]) * torch.linalg.matrix_norm(second[b])))
+    for (la, ha), (lb, hb) in itertools.product(itertools.product(range(L), range(H)), repeat=2):
+        if la < lb:
+            out[la, ha, lb, hb] = circuits.composition_score_reference(model, mode, (la, ha), (lb, hb))
     return out
+
+
+@pytest.mark.parametrize("mode", ["Q", "K", "V"])
+def test_the_reference_is_the_papers_definition_written_out(mode):
+    """‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F), W_A = W_OV of the writer; W_B = W_QK, W_QKᵀ or W_OV of the reader, from
+    ``mechlib.attention``'s stacked W_QK and W_OV: the reference reads the right matrices in the right order."""
+    model = Transformer(CFG).double()
+    a, b = model.blocks[0].attn, model.blocks[2].attn
+    W_A = attention.W_OV(a.W_V, a.W_O)[1]
+    W_B = {"Q": attention.W_QK(b.W_Q, b.W_K)[3], "K": attention.W_QK(b.W_Q, b.W_K)[3].T, "V": attention.W_OV(b.W_V, b.W_O)[3]}[mode]
+    expected = torch.linalg.matrix_norm(W_A @ W_B) / (torch.linalg.matrix_norm(W_A) * torch.linalg.matrix_norm(W_B))
+    assert circuits.composition_score_reference(model, mode, (0, 1), (2, 3)) == pytest.approx(expected.item(), abs=1e-12)
+    with pytest.raises(ValueError, match="must sit in an earlier layer"):
+        circuits.composition_score_reference(model, mode, (1, 0), (1, 2))
+    with pytest.raises(ValueError, match="choose 'Q', 'K' or 'V'"):
+        circuits.composition_score_reference(model, "X", (0, 0), (1, 0))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_fast_scores_equal_the_reference_on_small_random_models(seed):
+    """Every mode, every earlier → later pair, float64: the fast path (Cholesky factors, Gram blocks) to 1e-10."""
+    model = Transformer(ModelConfig(n_layers=3, d_model=24, n_heads=3, d_vocab=10, n_ctx=4, seed=seed)).double()
+    for mode in "QKV":
+        fast = circuits.composition_scores(model, mode)
+        for (la, ha), (lb, hb) in itertools.product(itertools.product(range(3), range(3)), repeat=2):
+            if la < lb:
+                reference = circuits.composition_score_reference(model, mode, (la, ha), (lb, hb))
+                assert abs(fast[la, ha, lb, hb].item() - reference) <= 1e-10
 
 
 @pytest.mark.parametrize("mode", ["Q", "K", "V"])
@@ -253,3 +278,125 @@ def test_a_hand_built_induction_circuit_scores_one_and_composes_by_k():
     # singular values can score (‖AB‖_F ≤ ‖A‖_2 ‖B‖_F and ‖A‖_2 = ‖A‖_F / √V).
     assert scores["K"] == pytest.approx(V**-0.5) and scores["Q"] == 0 and scores["V"] == 0
     assert circuits.composition_ceiling(model, "K")[0, 0, 1, 0].item() == pytest.approx(scores["K"])  # it is reached
+
+
+def test_the_bigram_verdict_holds_for_the_trained_zero_layer_model_and_fails_for_random_weights():
+    """KL(corpus ‖ model) ≤ BIGRAM_KL_SHARE × the corpus's conditional bigram entropy: the shipped attn-only-0l
+    passes; the same architecture and tokenizer with random weights does not."""
+    from mechlib import checks, zoo
+
+    trained = zoo.load("attn-only-0l")
+    random = Transformer(trained.cfg)
+    random.tokenizer = trained.tokenizer
+    learned, unlearned = circuits.zero_layer(trained), circuits.zero_layer(random)
+    for z in (learned, unlearned):
+        assert z.bound == pytest.approx(checks.BIGRAM_KL_SHARE * z.entropy) and 2.5 < z.entropy < 3.5
+        assert z.learned == (z.kl <= z.bound)
+    assert learned.learned and learned.kl < learned.bound
+    assert not unlearned.learned and unlearned.kl > 1.0
+    assert unlearned.entropy == learned.entropy  # the same corpus and tokenizer
+
+
+def test_the_zero_layer_tables_are_the_models_and_the_corpus_bigrams():
+    from mechlib import zoo
+
+    model = zoo.load("attn-only-0l")
+    z = circuits.zero_layer(model)
+    p_current, P = circuits.corpus_bigrams(model)
+    assert z.ids == circuits.frequent_tokens(model, circuits.CHOOSABLE_TOKENS) and min(z.ids) >= 2
+    assert p_current[z.ids[0]] >= p_current[z.ids[1]] >= p_current[z.ids[-1]]           # most frequent first
+    table = z.ids[: circuits.TABLE_TOKENS]
+    probs = (model.embed.W_E @ model.unembed.W_U + model.unembed.b_U).double().softmax(-1)  # [current next]
+    assert np.allclose(z.model_table, probs[table][:, table].numpy(), atol=1e-12)
+    assert np.allclose(z.corpus_table, P[table][:, table].numpy(), atol=1e-12)
+    row = z.next_tokens[3]                                                                  # the 4th most frequent
+    assert row["model's next token"][0] == model.tokenizer.labels([int(probs[z.ids[3]].argmax())])[0]
+    assert row["corpus probability"][0] == pytest.approx(P[z.ids[3]].max().item())
+    assert len(row["model probability"]) == circuits.TOP_NEXT and row["model probability"] == sorted(row["model probability"], reverse=True)
+    with pytest.raises(ValueError, match="only for a zero-layer shortformer model"):
+        circuits.zero_layer(zoo.load("attn-only-1l"))
+
+
+def test_one_layer_checks_the_path_expansion_at_the_models_own_tolerance():
+    from mechlib import checks, zoo
+
+    model = zoo.load("attn-only-1l")
+    ids = (0, *model.tokenizer.encode("the class of an object is its type"))
+    o = circuits.one_layer(model, 2, ids)
+    assert o.path_check.tolerance == checks.model_tolerance(model) == 1e-5 and o.path_check.passed
+    assert o.path_labels[0] == "direct: embed" and len(o.path_labels) == len(o.path_norms) == 4 + 3   # no W_pos path
+    assert o.copiers == int((o.copying > 0).sum()) and list(o.eigenvalues) == ["L0H0", "L0H1", "L0H2", "L0H3"]
+    table = circuits.frequent_tokens(model, circuits.TABLE_TOKENS)
+    assert o.labels == model.tokenizer.labels(table)
+    assert np.allclose(o.qk, circuits.qk_circuit(model, 0, 2).dense()[table][:, table].numpy(), rtol=1e-5, atol=1e-4)
+    in_float64 = circuits.one_layer(copy.deepcopy(model).double(), 2, ids)
+    assert in_float64.path_check.tolerance == 1e-10 and in_float64.path_check.passed
+    with_ln = circuits.one_layer(Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=9, n_ctx=4,
+                                                         normalization="LN")), 1, (0, 3, 4))
+    assert with_ln.path_check is None and with_ln.path_labels == [] and with_ln.labels == [str(i) for i in range(2, 9)]
+
+
+def test_one_layer_counts_only_copying_heads():
+    cfg = ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=8, n_ctx=4)
+    model = Transformer(cfg)
+    with torch.no_grad():
+        model.embed.W_E.copy_(torch.eye(8))
+        model.unembed.W_U.copy_(torch.eye(8))
+        model.blocks[0].attn.W_V.copy_(torch.eye(8)[:, :4].expand(2, 8, 4))
+        model.blocks[0].attn.W_O[0] = torch.eye(8)[:4]       # head 0 copies, head 1 does the opposite
+        model.blocks[0].attn.W_O[1] = -torch.eye(8)[:4]
+    assert circuits.one_layer(model, 0, (0, 2, 3)).copiers == 1
+
+
+def test_composition_tables_cover_every_earlier_later_pair_and_only_those():
+    model = Transformer(CFG)                                                       # 3 layers, 4 heads
+    comp = circuits.composition(model)
+    assert comp.writers[:2] == ["L0H0", "L0H1"] and comp.readers[-1] == "L2H3" and len(comp.writers) == len(comp.readers) == 8
+    for mode in "QKV":
+        full = circuits.composition_scores(model, mode).numpy()                    # [L H L H]
+        assert comp.scores[mode].shape == (8, 8)
+        assert np.isnan(comp.scores[mode][4:, :4]).all()                           # L1 writers cannot meet L1 readers
+        assert comp.scores[mode][5, 6] == full[1, 1, 2, 2] and comp.scores[mode][0, 7] == full[0, 0, 2, 3]
+    best = max((comp.scores[m][a, b], m) for m in "QKV" for a in range(8) for b in range(8) if a < 4 or b >= 4)
+    assert comp.strongest[0][3] == best[0] and comp.strongest[0][0] == best[1] and len(comp.strongest) == 3
+    assert comp.random == circuits.random_baseline(32)
+    assert [v.v_composition for v in comp.virtual] == sorted((v.v_composition for v in comp.virtual), reverse=True)
+    with pytest.raises(ValueError, match="two layers or more"):
+        circuits.composition(Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=5, n_ctx=4)))
+
+
+def test_virtual_heads_are_flagged_above_random_only_when_they_v_compose():
+    """The shipped attn-only-2l's best V-composition (0.086) is below random factors' mean 0.088 and their 95th
+    percentile 0.092: no virtual head is claimed. A head whose values read exactly what an earlier head writes is above random."""
+    from mechlib import zoo
+
+    shipped = circuits.composition(zoo.load("attn-only-2l"))
+    assert not shipped.any_virtual_above_random and not any(v.above_random for v in shipped.virtual)
+    assert all(v.v_composition <= shipped.empirical < shipped.threshold for v in shipped.virtual)
+    model = Transformer(ModelConfig(n_layers=2, d_model=8, n_heads=1, d_vocab=10, n_ctx=4))
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.W_V.zero_()
+            block.attn.W_O.zero_()
+        model.blocks[0].attn.W_V[0, 0, :] = 1.0   # head A reads dim 0 and writes dim 3 …
+        model.blocks[0].attn.W_O[0, :, 3] = 1.0
+        model.blocks[1].attn.W_V[0, 3, :] = 1.0   # … head B's values read dim 3 and write dim 5
+        model.blocks[1].attn.W_O[0, :, 5] = 1.0
+    built = circuits.composition(model)
+    (virtual,) = built.virtual
+    assert virtual.v_composition == pytest.approx(1.0) and virtual.above_random and built.any_virtual_above_random
+    assert (virtual.writer, virtual.reader) == ("L0H0", "L1H0")
+    assert virtual.norm == pytest.approx(circuits.virtual_ov(model, (0, 0), (1, 0)).norm().item())
+
+
+def test_random_composition_gives_the_mean_and_the_quantile_random_heads_rarely_pass():
+    mean, threshold = circuits.random_composition(128, 32)
+    assert mean == circuits.empirical_baseline(128, 32)
+    assert mean == pytest.approx(circuits.random_baseline(128), rel=0.01)
+    # Fresh random heads of these sizes pass the bar about 5 % of the time, and the mean about half the time.
+    g = torch.Generator().manual_seed(99)
+    A = FactoredMatrix(torch.randn(400, 128, 32, generator=g, dtype=torch.float64), torch.randn(400, 32, 128, generator=g, dtype=torch.float64))
+    B = FactoredMatrix(torch.randn(400, 128, 32, generator=g, dtype=torch.float64), torch.randn(400, 32, 128, generator=g, dtype=torch.float64))
+    scores = (A @ B).norm() / (A.norm() * B.norm())
+    assert 0.01 < float((scores > threshold).double().mean()) < 0.10
+    assert 0.35 < float((scores > mean).double().mean()) < 0.65

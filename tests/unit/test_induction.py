@@ -80,3 +80,111 @@ def test_in_context_learning_score_is_negative_with_an_induction_head():
     model = zoo.load("attn-only-2l")
     tokens = induction.repeated_sequences(model.cfg.d_vocab, induction.eval_length(model.cfg.n_ctx), 16, seed=3)
     assert induction.in_context_learning_score(model, tokens) < -1.0  # nats: the second repeat is predicted
+
+
+def hand_built_circuit(n_layers: int = 2, previous: int = 0, later: int = 1, by_position: bool = False):
+    """A float64 shortformer model with one head per layer, zero elsewhere. Layer ``previous``: a previous-token
+    head copying the previous token into its own subspace. Layer ``later``: an induction head whose keys read that
+    subspace and whose queries read the current token; or, ``by_position``, a head that attends to q − L + 1 by
+    position alone, which scores as an induction head at the scored length L but reads nothing the first wrote."""
+    from mechlib.config import ModelConfig
+    from mechlib.model import Transformer
+
+    V, n = 12, 16                                   # vocabulary, positions
+    tok, pos, prev = slice(0, V), slice(V, V + n), slice(V + n, 2 * V + n)
+    cfg = ModelConfig(n_layers=n_layers, d_model=2 * V + n, n_heads=1, d_head=n, d_vocab=V, n_ctx=n,
+                      positional="shortformer")
+    model = Transformer(cfg).double()
+    big, shift = 40.0, induction.eval_length(n) - 1
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+        model.embed.W_E[:, tok] = torch.eye(V)
+        model.pos_embed.W_pos[:, pos] = torch.eye(n)
+        a, b = model.blocks[previous].attn, model.blocks[later].attn
+        a.W_Q[0, pos, :] = big * torch.eye(n)                    # query at p asks for p − 1 …
+        a.W_K[0, pos, :] = torch.eye(n).roll(1, dims=1)           # … key at p' answers as p' + 1
+        a.W_V[0, tok, :V] = torch.eye(V)                          # move the token …
+        a.W_O[0, :V, prev] = torch.eye(V)                         # … into the "previous token" subspace
+        if by_position:
+            b.W_Q[0, pos, :] = big * torch.eye(n)                 # query at p asks for p − L + 1
+            b.W_K[0, pos, :] = torch.eye(n).roll(shift, dims=1)
+        else:
+            b.W_Q[0, tok, :V] = big * torch.eye(V)                # query: my current token
+            b.W_K[0, prev, :V] = torch.eye(V)                     # key: my previous token
+        b.W_V[0, tok, :V] = torch.eye(V)
+        b.W_O[0, :V, tok] = torch.eye(V)
+    return model
+
+
+@pytest.mark.parametrize("n_layers, previous, later", [(2, 0, 1), (3, 0, 2), (3, 1, 2)])
+def test_the_hand_built_circuit_is_found_in_whichever_layers_it_sits(n_layers, previous, later):
+    from mechlib import checks, circuits
+
+    circuit = induction.induction_circuit(hand_built_circuit(n_layers, previous, later))
+    assert (circuit.previous, circuit.induction) == (f"L{previous}H0", f"L{later}H0")
+    assert circuit.found and circuit.missing == []
+    assert circuit.has_previous and circuit.previous_score > 0.99 >= checks.PREV_TOKEN_MIN
+    assert circuit.has_induction and circuit.induction_score > 0.99
+    # two aligned identities of rank V = 12 compose at 1/√12, their ceiling, far above random factors
+    assert circuit.composes and circuit.k_composition == pytest.approx(12**-0.5) == pytest.approx(circuit.k_ceiling)
+    assert (circuit.baseline, circuit.threshold) == circuits.random_composition(40, 16)
+    assert circuit.baseline < circuit.threshold < 0.2
+    assert circuit.depends and circuit.ablated_score < 0.2 and circuit.drop == pytest.approx(1 - circuit.ablated_score / circuit.induction_score)
+
+
+def test_a_positional_copy_of_an_induction_head_is_not_an_induction_circuit():
+    """Attending to q − L + 1 by position scores as induction at the scored length, but its keys read nothing the
+    previous-token head wrote: no K-composition, and ablating the previous-token head changes nothing."""
+    circuit = induction.induction_circuit(hand_built_circuit(by_position=True))
+    assert circuit.has_previous and circuit.has_induction
+    assert not circuit.composes and circuit.k_composition == 0.0
+    assert not circuit.depends and abs(circuit.drop) < 1e-9
+    assert not circuit.found and len(circuit.missing) == 2
+    assert circuit.missing[0] == (f"no K-composition: L0H0 → L1H0 scores 0.000, not above random (95% of random heads "
+                                  f"score up to {circuit.threshold:.3f}; their mean is {circuit.baseline:.3f})")
+    assert circuit.missing[1].startswith("L1H0 does not depend on L0H0: ablating L0H0 moves its induction score")
+
+
+def test_the_shipped_models_circuit_is_found_in_attn_only_2l_and_not_in_gelu_2l():
+    from mechlib import zoo
+
+    found = induction.induction_circuit(zoo.load("attn-only-2l"))
+    assert found.found and (found.previous, found.induction) == ("L0H1", "L1H1")
+    assert found.previous_score > 0.95 and found.induction_score > 0.9 and found.drop > 0.9
+    assert found.threshold < found.k_composition < found.k_ceiling
+    # gelu-2l's best pair K-composes above the random mean but not above the 95th percentile: chance, not a circuit.
+    missing = induction.induction_circuit(zoo.load("gelu-2l"))
+    assert not missing.found and not missing.has_previous and not missing.has_induction and not missing.depends
+    assert missing.missing[0] == (f"no previous-token head before layer 1: the best, {missing.previous}, scores "
+                                  f"{missing.previous_score:.2f} < 0.5")
+    assert missing.previous_score < 0.2 and missing.missing[1].startswith("no induction head: the best, L1H")
+    assert missing.baseline < missing.k_composition <= missing.threshold and not missing.composes
+    with pytest.raises(ValueError, match="two layers or more"):
+        induction.induction_circuit(zoo.load("attn-only-1l"))
+
+
+def test_two_layers_puts_the_composition_and_the_circuit_side_by_side():
+    from mechlib import zoo
+
+    t = induction.two_layers(zoo.load("attn-only-2l"), seed=3)
+    assert t.heads == [f"L{l}H{h}" for l in range(2) for h in range(4)] and t.patterns.shape == (2, 4, 41, 41)
+    first, second = t.patterns[1, 1, 21:, 2:22], t.patterns[1, 1, 21:, 1:21]           # after the earlier copy, on it
+    assert first.diagonal().mean() > 0.8 > second.diagonal().mean()                      # L1H1 on the example, as scored
+    writer, reader = t.composition.writers.index(t.circuit.previous), t.composition.readers.index(t.circuit.induction)
+    assert t.composition.scores["K"][writer, reader] == pytest.approx(t.circuit.k_composition, abs=1e-6)
+    assert t.scores["induction"][1, 1] == pytest.approx(t.circuit.induction_score)
+    assert (t.composition.empirical, t.composition.threshold) == (t.circuit.baseline, t.circuit.threshold)
+
+
+def test_the_phase_change_is_read_from_the_shipped_checkpoints():
+    from mechlib import zoo
+
+    replay = induction.phase_change("attn-only-2l")
+    assert replay.steps == zoo.snapshot_steps("attn-only-2l") and len(replay.steps) == len(replay.induction) == len(replay.icl)
+    assert replay.induction[0] < 0.3 and replay.induction[-1] >= 0.9 and replay.icl[-1] < -1 < replay.icl[0]
+    first = replay.steps.index(replay.formed_at)
+    assert replay.induction[first] >= 0.5 > max(replay.induction[:first])
+    early, late = (induction.snapshot(zoo.load_snapshot("attn-only-2l", step), 0) for step in (replay.steps[0], replay.steps[-1]))
+    assert early.best_induction[1] < 0.3 and late.best_induction == ("L1H1", pytest.approx(replay.induction[-1]))
+    assert late.best_previous[0] == "L0H1" and late.patterns.shape == (2, 4, 41, 41)

@@ -4,6 +4,8 @@ TransformerLens is not a dependency of the app: this script runs in its own envi
 4.0 removed HookedTransformer).
     python3.11 -m venv .bench-venv && .bench-venv/bin/pip install torch==2.13.0 "transformer-lens<4"
     .bench-venv/bin/python -m bench.composition_vs_transformerlens
+The same venv with pytest added (.bench-venv/bin/pip install pytest) runs mechlib.interop's tests:
+    .bench-venv/bin/python -m pytest -q tests/unit/test_interop.py
 A GPT-2-small-shaped random model (12 layers × 12 heads, d_model 768, d_head 64) is built by mechlib;
 its state dict loads into a HookedTransformer unchanged (the same names). For modes Q, K and V the
 script checks that the scores agree to 1e-5 and prints the best of 3 timings of each and the ratio.

@@ -1,0 +1,191 @@
+"""mechlib.interop: a mechlib Transformer to TransformerLens's HookedTransformer and back.
+
+TransformerLens is not a mechlib dependency, so the tests that need it take the ``tl`` fixture, which skips
+them without it; the others (the missing-package message, the type check) run everywhere. The whole file
+runs in the bench venv that bench/composition_vs_transformerlens.py's docstring builds, plus pytest:
+    .bench-venv/bin/pip install pytest && .bench-venv/bin/python -m pytest -q tests/unit/test_interop.py
+Logits agree under mechlib's identity rule, |a − b| ≤ 1e-5 · max(1, |reference|) in float32.
+"""
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mechlib import LSTM, LSTMConfig, ModelConfig, Transformer, zoo
+from mechlib.checks import compare, model_tolerance
+from mechlib.interop import from_transformer_lens, to_transformer_lens
+
+pytestmark = pytest.mark.filterwarnings("ignore:HookedTransformer is deprecated:DeprecationWarning")
+
+ROOT = Path(__file__).resolve().parents[2]
+SIZES = dict(n_layers=2, d_model=32, n_heads=4, d_vocab=50, n_ctx=16)
+TL_SIZES = dict(SIZES, d_head=8)
+# The same model in both vocabularies: (mechlib's ModelConfig, TransformerLens's HookedTransformerConfig fields).
+PAIRS = {
+    "attn-only": (ModelConfig(**SIZES), dict(TL_SIZES, attn_only=True, normalization_type=None)),
+    "attn-only shortformer LN": (ModelConfig(**SIZES, positional="shortformer", normalization="LN"),
+                                 dict(TL_SIZES, attn_only=True, normalization_type="LN",
+                                      positional_embedding_type="shortformer")),
+    "GELU MLP LN": (ModelConfig(**SIZES, d_mlp=64, normalization="LN"),
+                    dict(TL_SIZES, d_mlp=64, act_fn="gelu", normalization_type="LN")),
+    "GELU MLP shortformer, d_head 6": (ModelConfig(**SIZES | {"d_head": 6}, d_mlp=64, positional="shortformer"),
+                                       dict(TL_SIZES | {"d_head": 6}, d_mlp=64, act_fn="gelu", normalization_type=None,
+                                            positional_embedding_type="shortformer")),
+    "0 layers": (ModelConfig(**SIZES | {"n_layers": 0}), dict(TL_SIZES | {"n_layers": 0}, attn_only=True,
+                                                              normalization_type=None)),
+}
+
+
+@pytest.fixture(scope="module")
+def tl():
+    return pytest.importorskip("transformer_lens")
+
+
+def randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Every parameter drawn afresh, biases and LayerNorm included, so each one's mapping shows in the logits:
+    matrices ~ N(0, 1/fan_in) (fan_in: the second-last axis), vectors ~ N(0, 0.3²)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            std = param.shape[-2] ** -0.5 if param.dim() > 1 else 0.3
+            param.copy_(std * torch.randn(param.shape, generator=generator, dtype=param.dtype))
+    return module
+
+
+def tokens_for(d_vocab: int, n_ctx: int) -> torch.Tensor:
+    return torch.randint(0, d_vocab, (4, n_ctx), generator=torch.Generator().manual_seed(1))
+
+
+def assert_same_logits(model: Transformer, hooked, tokens: torch.Tensor) -> None:
+    with torch.inference_mode():
+        check = compare(model(tokens), hooked(tokens), model_tolerance(model))
+    assert check.passed, check
+
+
+# ---------------------------------------------------------------------------------------------
+# Without TransformerLens
+
+def test_missing_transformer_lens_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformer_lens", None)  # `import transformer_lens` now fails
+    with pytest.raises(ImportError, match=r'mechlib\.interop needs TransformerLens.*pip install "transformer-lens<4"'):
+        to_transformer_lens(Transformer(ModelConfig(**SIZES)))
+    with pytest.raises(ImportError, match="mechlib does not install"):
+        from_transformer_lens(object())
+
+
+def test_an_lstm_is_refused_before_anything_is_imported():
+    with pytest.raises(TypeError, match="takes a mechlib Transformer, got LSTM"):
+        to_transformer_lens(LSTM(LSTMConfig(d_vocab=20, d_model=8, d_hidden=8, n_ctx=8)))
+
+
+def test_importing_mechlib_does_not_import_transformer_lens():
+    """Where TransformerLens is installed (the bench venv), importing mechlib.interop still leaves it unloaded."""
+    code = "import sys, mechlib, mechlib.interop; print('transformer_lens' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------------------------------
+# With TransformerLens
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_config_translates_field_by_field(tl, name):
+    ours, theirs = PAIRS[name]
+    hooked = to_transformer_lens(Transformer(ours))
+    assert {field: getattr(hooked.cfg, field) for field in theirs} == theirs
+    assert hooked.cfg.default_prepend_bos is False and hooked.tokenizer is None
+    assert from_transformer_lens(tl.HookedTransformer(tl.HookedTransformerConfig(**theirs))).cfg == ours
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_mechlib_to_transformer_lens_gives_the_same_logits(tl, name):
+    cfg = PAIRS[name][0]
+    model = randomize(Transformer(cfg)).eval()
+    assert_same_logits(model, to_transformer_lens(model), tokens_for(cfg.d_vocab, cfg.n_ctx))
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_transformer_lens_to_mechlib_gives_the_same_logits(tl, name):
+    hooked = randomize(tl.HookedTransformer(tl.HookedTransformerConfig(**PAIRS[name][1]))).eval()
+    model = from_transformer_lens(hooked)
+    assert_same_logits(model, hooked, tokens_for(model.cfg.d_vocab, model.cfg.n_ctx))
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_round_trip_keeps_config_and_every_tensor(tl, name):
+    model = randomize(Transformer(PAIRS[name][0]))
+    back = from_transformer_lens(to_transformer_lens(model))
+    assert back.cfg == model.cfg and back is not model
+    ours, returned = model.state_dict(), back.state_dict()
+    assert list(returned) == list(ours)
+    assert all(torch.equal(returned[key], ours[key]) for key in ours)
+
+
+def test_the_weights_are_copied_not_shared(tl):
+    model = Transformer(ModelConfig(**SIZES))
+    hooked = to_transformer_lens(model)
+    with torch.no_grad():
+        hooked.blocks[0].attn.W_Q.add_(1.0)
+    assert not torch.equal(hooked.blocks[0].attn.W_Q, model.blocks[0].attn.W_Q)
+
+
+# gelu-2l agrees in float32 too (7.6e-6 here), but too near the 1e-5 bound to assert on every machine: mechlib's
+# forward without a cache runs fused attention, which sums in another order than TransformerLens.
+@pytest.mark.parametrize("name, dtype", [("attn-only-2l", torch.float32), ("attn-only-2l", torch.float64),
+                                         ("gelu-2l", torch.float64)])
+def test_a_zoo_model_runs_the_same_in_transformer_lens(tl, name, dtype):
+    shared = zoo.load(name)  # read-only: conversion only reads it
+    model = shared if dtype == shared.embed.W_E.dtype else copy.deepcopy(shared).to(dtype)
+    hooked = to_transformer_lens(model)
+    tokens = tokens_for(model.cfg.d_vocab, model.cfg.n_ctx)
+    assert_same_logits(model, hooked, tokens)
+    _, theirs = hooked.run_with_cache(tokens)
+    _, ours = model.run_with_cache(tokens)
+    last = f"blocks.{model.cfg.n_layers - 1}.attn.hook_pattern"  # the same cache names, the same patterns
+    assert compare(ours[last], theirs[last], model_tolerance(model)).passed
+    assert from_transformer_lens(hooked).cfg == model.cfg
+
+
+def test_float64_stays_float64_both_ways(tl):
+    model = randomize(Transformer(ModelConfig(**SIZES, d_mlp=64, normalization="LN"))).double()
+    hooked = to_transformer_lens(model)
+    assert hooked.cfg.dtype == torch.float64 and hooked.W_E.dtype == torch.float64
+    assert from_transformer_lens(hooked).embed.W_E.dtype == torch.float64
+    assert_same_logits(model, hooked, tokens_for(50, 16))  # to 1e-10 in float64
+
+
+ATTN_ONLY = dict(TL_SIZES, attn_only=True, normalization_type=None)
+GELU = dict(TL_SIZES, d_mlp=64, act_fn="gelu", normalization_type=None)
+
+
+@pytest.mark.parametrize("fields, named", [
+    (GELU | {"act_fn": "relu"}, "act_fn='relu'"),
+    (GELU | {"act_fn": "gelu_new"}, "act_fn='gelu_new'"),
+    (GELU | {"normalization_type": "LNPre"}, "normalization_type='LNPre'"),
+    (GELU | {"normalization_type": "RMS"}, "normalization_type='RMS'"),
+    (ATTN_ONLY | {"positional_embedding_type": "rotary"}, "positional_embedding_type='rotary'"),
+    (GELU | {"parallel_attn_mlp": True}, "parallel_attn_mlp=True"),
+    (GELU | {"gated_mlp": True}, "gated_mlp=True"),
+    (ATTN_ONLY | {"n_key_value_heads": 2}, "n_key_value_heads=2"),
+    (ATTN_ONLY | {"use_attn_scale": False}, "use_attn_scale=False"),
+    (ATTN_ONLY | {"d_vocab_out": 20}, "d_vocab_out=20"),
+])
+def test_what_mechlib_cannot_represent_is_refused_by_name(tl, fields, named):
+    hooked = tl.HookedTransformer(tl.HookedTransformerConfig(**fields))
+    with pytest.raises(ValueError, match=f"^{named} has no counterpart in mechlib"):
+        from_transformer_lens(hooked)
+
+
+@pytest.mark.parametrize("fields", [
+    ATTN_ONLY | {"act_fn": "relu", "d_mlp": 999},             # no MLP: its activation and width do not matter
+    GELU | {"use_attn_result": True, "default_prepend_bos": True, "model_name": "mine"},  # hooks and names
+])
+def test_settings_that_do_not_change_the_logits_are_accepted(tl, fields):
+    """In float64: use_attn_result sums the heads' results in another order, which moves float32 logits."""
+    hooked = randomize(tl.HookedTransformer(tl.HookedTransformerConfig(**fields, dtype=torch.float64))).eval()
+    model = from_transformer_lens(hooked)
+    assert_same_logits(model, hooked, tokens_for(50, 16))

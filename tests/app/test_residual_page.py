@@ -83,3 +83,15 @@ def test_one_head_has_no_pair_to_compare():
     at = page(model="random", layers=1, heads=1)
     checks_pass(at)
     assert "This model has one head: there is no pair to compare." in text(at)
+
+
+def test_a_prompt_of_mostly_unknown_words_gets_a_warning_and_a_known_one_does_not():
+    at = page()
+    assert not at.warning
+    at.text_input(key="prompt").set_value("the xyzzy plugh frobnitz quux").run()
+    assert not at.exception
+    assert [w.value for w in at.warning] == ["80% of the prompt's tokens are <unk>: this model's vocabulary does not "
+                                             "know them, so it reads them all as one token. Use words from Python's "
+                                             "documentation."]
+    at.text_input(key="prompt").set_value("the class of an object is its type").run()
+    assert not at.warning

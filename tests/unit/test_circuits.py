@@ -190,16 +190,20 @@ def test_circuits_equal_their_dense_products():
     assert (circuits.positional_qk_circuit(model, 1, 2).dense() - dense_pos).abs().max() <= 1e-10
 
 
-def test_copying_score_is_one_for_a_copier_and_minus_one_for_its_opposite():
-    cfg = ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=8, n_ctx=4)
-    model = Transformer(cfg)
+def copier_and_opposite() -> Transformer:
+    """One layer of two heads on one-hot embeddings: head 0 copies (token i raises token i), head 1 lowers it."""
+    model = Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=8, n_ctx=4))
     with torch.no_grad():
         model.embed.W_E.copy_(torch.eye(8))
         model.unembed.W_U.copy_(torch.eye(8))
         model.blocks[0].attn.W_V.copy_(torch.eye(8)[:, :4].expand(2, 8, 4))
-        model.blocks[0].attn.W_O[0] = torch.eye(8)[:4]       # head 0: token i raises token i
-        model.blocks[0].attn.W_O[1] = -torch.eye(8)[:4]      # head 1: token i lowers token i
-    scores = circuits.copying_scores(model)
+        model.blocks[0].attn.W_O[0] = torch.eye(8)[:4]
+        model.blocks[0].attn.W_O[1] = -torch.eye(8)[:4]
+    return model
+
+
+def test_copying_score_is_one_for_a_copier_and_minus_one_for_its_opposite():
+    scores = circuits.copying_scores(copier_and_opposite())
     assert scores[0, 0] == pytest.approx(1.0) and scores[0, 1] == pytest.approx(-1.0)
 
 
@@ -337,14 +341,7 @@ def test_one_layer_checks_the_path_expansion_at_the_models_own_tolerance():
 
 
 def test_one_layer_counts_only_copying_heads():
-    cfg = ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=8, n_ctx=4)
-    model = Transformer(cfg)
-    with torch.no_grad():
-        model.embed.W_E.copy_(torch.eye(8))
-        model.unembed.W_U.copy_(torch.eye(8))
-        model.blocks[0].attn.W_V.copy_(torch.eye(8)[:, :4].expand(2, 8, 4))
-        model.blocks[0].attn.W_O[0] = torch.eye(8)[:4]       # head 0 copies, head 1 does the opposite
-        model.blocks[0].attn.W_O[1] = -torch.eye(8)[:4]
+    model = copier_and_opposite()
     assert circuits.one_layer(model, 0, (0, 2, 3)).copiers == 1
 
 

@@ -100,23 +100,33 @@ def load(source: str | Path | bytes) -> Transformer | LSTM:
     return model
 
 
+def _looks_like_pickle(data: bytes) -> bool:
+    """torch.save's zip archive, or a pickle of protocol 2–5. Asked only once the bytes are not safetensors:
+    a safetensors header length can begin with the same bytes (0x80 is its low byte for 1 file in 256)."""
+    return data[:4] == b"PK\x03\x04" or (len(data) > 1 and data[0] == 0x80 and 2 <= data[1] <= 5)
+
+
+def _not_safetensors(data: bytes, why: str) -> CheckpointError:
+    if _looks_like_pickle(data):
+        return CheckpointError("this looks like a pickle/torch.save file, not safetensors; pickles can run code, "
+                               "so they are never opened here. Save the weights with mechlib.io.save")
+    return CheckpointError(f"this is not a safetensors file ({why}); it may be truncated or another format")
+
+
 def _read_header(data: bytes) -> dict[str, str]:
     if not data:
         raise CheckpointError("the file is empty; choose a .safetensors checkpoint saved by this app or mechlib.io.save")
     if len(data) > MAX_BYTES:
         raise CheckpointError(f"the file is {len(data) / 1e6:.1f} MB; checkpoints may be at most {MAX_BYTES / 1e6:.0f} MB")
-    if data[:2] == b"PK" or data[:1] == b"\x80":
-        raise CheckpointError("this looks like a pickle/torch.save file, not safetensors; pickles can run code, "
-                              "so they are never opened here. Save the weights with mechlib.io.save")
     if len(data) < 8:
-        raise CheckpointError("the file is too short to be a safetensors checkpoint")
+        raise _not_safetensors(data, "it is too short")
     (header_len,) = struct.unpack("<Q", data[:8])
     if header_len > len(data) - 8 or header_len > 16 * 1024 * 1024:
-        raise CheckpointError("this is not a safetensors file (its header length is impossible); it may be truncated or another format")
+        raise _not_safetensors(data, "its header length is impossible")
     try:
         header = json.loads(data[8 : 8 + header_len].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise CheckpointError("this is not a safetensors file (its header is not JSON); it may be another format") from None
+        raise _not_safetensors(data, "its header is not JSON") from None
     if not isinstance(header, dict):
         raise CheckpointError("this is not a safetensors file (its header is not a JSON object)")
     metadata = header.get("__metadata__") or {}

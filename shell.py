@@ -5,7 +5,7 @@ import importlib
 import streamlit as st
 
 from mechlib import data, zoo
-from mechlib.checks import UNK_SHARE_MAX
+from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
 
@@ -55,6 +55,13 @@ def session_model(label: str) -> Transformer:
 def verdict(passed: bool, good: str = "pass", bad: str = "FAIL") -> str:
     """A check's outcome as coloured markdown, the same on every page."""
     return f":green[**✓ {good}**]" if passed else f":red[**✗ {bad}**]"
+
+
+def check_line(what: str, check: Check) -> str:
+    """An identity check as one markdown line, the same on every page: what was compared, the largest |a − b|,
+    the scaled difference against its tolerance, and the verdict."""
+    return (f"{what}: max |difference| **{check.max_abs_diff:.1e}**, scaled **{check.max_scaled_diff:.1e}** against "
+            f"a tolerance of **{check.tolerance:.0e}** · max(1, |reference|) — {verdict(check.passed)}")
 
 
 @st.cache_data(max_entries=256, show_spinner="Computing…")

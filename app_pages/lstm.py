@@ -5,18 +5,13 @@ import pandas as pd
 import streamlit as st
 
 from mechlib import analogy, figures
-from mechlib.checks import LOSS_TIE, UNK_SHARE_MAX, Check
-from shell import slider, verdict
+from mechlib.checks import LOSS_TIE, UNK_SHARE_MAX
+from shell import check_line, slider
 
 pair = st.cache_data(max_entries=1)(analogy.pair)
 side_by_side = st.cache_data(max_entries=32, show_spinner="Running both models…")(analogy.side_by_side)
 separating_test = st.cache_data(max_entries=16, show_spinner="Running the test…")(analogy.separating_test)
 heldout = st.cache_data(max_entries=1, show_spinner="Reading the held-out text…")(analogy.heldout)
-
-
-def check_line(what: str, check: Check) -> str:
-    return (f"{what}: max |difference| **{check.max_abs_diff:.1e}**, scaled **{check.max_scaled_diff:.1e}** against "
-            f"a tolerance of **{check.tolerance:.0e}** · max(1, |value|) — {verdict(check.passed)}")
 
 
 def ranking(ranked: analogy.Ranking, what: str, unit: str, losses: dict[str, float]) -> str:

@@ -8,11 +8,7 @@ import streamlit as st
 
 from mechlib import data, figures, patterns
 from mechlib.checks import RANK_ZERO
-from shell import current_model, input_tokens, section, slider, verdict
-
-
-def difference(check) -> str:
-    return f"max |difference| **{check.max_abs_diff:.1e}** — {verdict(check.passed)} (scaled ≤ {check.tolerance:.0e})"
+from shell import check_line, current_model, input_tokens, section, slider
 
 
 st.title("Patterns and messages")
@@ -41,12 +37,11 @@ dest = slider("destination position for the messages", 0, len(ids) - 1, len(ids)
 
 st.subheader("Regrouping: ((QKᵀ)V)O = (QKᵀ)(VO)")
 reg = section(patterns.regrouping, key, model, ids, layer, head)
-cols = st.columns(3)
-cols[0].metric("max |difference|", f"{reg.check.max_abs_diff:.2e}",
-               help=f"Passes when |a − b| ≤ {reg.check.tolerance:.0e} · max(1, |b|).")
-cols[0].caption(f"{verdict(reg.check.passed)}: scaled {reg.check.max_scaled_diff:.1e} ≤ {reg.check.tolerance:.0e}")
-for col, (name, macs) in zip(cols[1:], reg.macs.items()):
-    col.metric(f"{name}: multiply-adds", f"{macs:,}", help="For this sequence, one head.")
+st.markdown(check_line(f"A (V W_O) of each of layer {layer}'s {cfg.n_heads} heads against the per-head results the "
+                       "model computed as ((A V) W_O) in its own forward pass", reg.check))
+cols = st.columns(2)
+for col, (name, macs) in zip(cols, reg.macs.items()):
+    col.metric(f"{name}: multiply-adds", f"{macs:,}", help=f"For this sequence, head {head}.")
     col.caption(f"measured {reg.time_ms[name]:.3f} ms (median of 5)")
 st.caption(f"n = {len(ids)} positions, d_head = {cfg.d_head}, d_model = {cfg.d_model}. Matrix products associate, so "
            "the two groupings give the same numbers; only the cost differs.")
@@ -57,26 +52,28 @@ left, right = st.columns([3, 2])
 with left:
     st.plotly_chart(figures.singular_values(ranks.spectra, cfg.d_head))
 with right:
-    for name, values in ranks.spectra.items():
-        found = f"**{name}**: σ₁ = {values[0]:.3g}, σ_{cfg.d_head} = {values[cfg.d_head - 1]:.3g}"
-        if ranks.verdicts[name] == "vacuous":
-            st.markdown(f"{found}. With one head d_head = d_model = {cfg.d_model}, so rank ≤ d_head holds for any "
-                        "matrix: nothing to check.")
-        else:
-            st.markdown(f"{found}; largest beyond d_head = {ranks.beyond[name]:.1e} × σ₁ (zero below {RANK_ZERO:.0e}) "
-                        f"— rank {ranks.ranks[name]} ≤ {cfg.d_head} "
-                        f"{verdict(ranks.verdicts[name] == 'passed', 'rank ≤ d_head', 'rank > d_head')}")
+    if ranks.vacuous:
+        st.markdown(f"Here d_head = {cfg.d_head} ≥ d_model = {cfg.d_model}: a d_model × d_model matrix has only "
+                    f"{cfg.d_model} singular values, none past d_head, so rank ≤ d_head holds for any matrix and says "
+                    "nothing about this head. " + "; ".join(f"**{name}**: rank {ranks.ranks[name]}"
+                                                            for name in ranks.spectra) + ".")
+    else:
+        st.markdown("This is linear algebra, not a finding about the model: W_Q W_Kᵀ and W_V W_O each pass through "
+                    "d_head dimensions, so neither can have a rank above d_head. The spectra show the cut:\n"
+                    + "\n".join(f"- **{name}**: σ₁ = {values[0]:.3g}, σ_{cfg.d_head} = {values[cfg.d_head - 1]:.3g}, "
+                                f"the largest past d_head {ranks.beyond[name]:.1e} × σ₁ (numerically zero below "
+                                f"{RANK_ZERO:.0e}): rank {ranks.ranks[name]}" for name, values in ranks.spectra.items()))
 
 st.subheader("Only the products matter")
 nonu = section(patterns.non_uniqueness, key, model, ids, layer, head, st.session_state["seed"])
 st.markdown("With a random invertible R (d_head × d_head, from the sidebar's seed), in float64:\n"
-            f"- W_Q R, W_K R⁻ᵀ: the pattern changes by {difference(nonu.pattern)}\n"
-            f"- W_V R, R⁻¹ W_O: the messages change by {difference(nonu.messages)}")
+            f"- {check_line('The pattern after W_Q R, W_K R⁻ᵀ against the pattern', nonu.pattern)}\n"
+            f"- {check_line('The messages after W_V R, R⁻¹ W_O against the messages', nonu.messages)}")
 
 st.subheader("Pattern matching: where each position looks")
 scores = section(patterns.scores, key, model, ids, layer, head)
-st.markdown("Scores recomputed as x_i W_QK x_jᵀ / √d_head (with the query and key biases) against the model's "
-            f"cached scores: {difference(scores.check)}")
+st.markdown(check_line("Scores recomputed as x_i W_QK x_jᵀ / √d_head (with the query and key biases) against the "
+                       "model's cached scores", scores.check))
 left, right = st.columns(2)
 with left:
     st.plotly_chart(figures.pattern_heatmap(scores.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", scores=True))
@@ -99,7 +96,8 @@ with left:
     st.plotly_chart(figures.source_bars(msgs.weights, labels[: dest + 1], f"Attention from position {dest}", "attention weight"))
 with right:
     st.dataframe(table, hide_index=True, height=360)
-st.markdown(f"Σ_j A[{dest}, j] · message_j against the head's output at position {dest}: {difference(msgs.check)}")
+st.markdown(check_line(f"Σ_j A[{dest}, j] · message_j against the head's output the model cached at position {dest}",
+                       msgs.check))
 
 with st.expander("Under the hood"):
     st.markdown("`mechlib.patterns`: the checks on this page.")

@@ -8,12 +8,7 @@ import streamlit as st
 
 from mechlib import data, figures, residual
 from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX
-from shell import current_model, input_tokens, section, slider, verdict
-
-
-def difference(check, against: str) -> str:
-    return (f"{against}: max |difference| **{check.max_abs_diff:.1e}** — {verdict(check.passed)} "
-            f"(|a − b| ≤ {check.tolerance:.0e} · max(1, |b|))")
+from shell import check_line, current_model, input_tokens, section, slider
 
 
 def names(model, tokens) -> list[str]:
@@ -42,10 +37,10 @@ with right:
 st.subheader(f"The ledger at position {position} ('{labels[position]}')")
 book = section(residual.ledger_at, key, model, ids, position)
 terms = f"The sum of the {len(book.labels)} terms" if len(book.labels) > 1 else "The only term"
-lines = [difference(book.check.logits, f"{terms} read through {readout}, against the logits of a separate forward "
-                                       f"pass at all {len(ids)} positions")]
+lines = [check_line(f"{terms} read through {readout}, against the logits of a separate forward pass at all "
+                    f"{len(ids)} positions", book.check.logits)]
 if book.check.residual is not None:
-    lines.append(difference(book.check.residual, "The sum against that pass's residual after its last block"))
+    lines.append(check_line("The sum against that pass's residual after its last block", book.check.residual))
 else:
     lines.append("With no blocks the residual is the embedding itself, so only the logits are an independent reference.")
 st.markdown("\n\n".join(lines))
@@ -80,8 +75,8 @@ st.dataframe(pd.DataFrame({
     following: [f"{p:.3f}" for p in lens.next_probs] if lens.next_token is not None else "—",
 }), hide_index=True)
 last = f"after block {cfg.n_layers - 1}" if cfg.n_layers else "the embeddings: there are no blocks"
-st.markdown(difference(lens.check, f"The last row ({last}) read through {readout}, against the logits of a separate "
-                                   f"model(tokens) call at all {len(ids)} positions"))
+st.markdown(check_line(f"The last row ({last}) read through {readout}, against the logits of a separate "
+                       f"model(tokens) call at all {len(ids)} positions", lens.check))
 
 st.subheader("Direct logit attribution")
 left, right = st.columns(2)
@@ -95,7 +90,7 @@ dla = section(residual.attribution, key, model, ids, position, token, other)
 title = f"Each term's direct share of the logit of '{names(model, [token])[0]}'"
 title += f" minus that of '{names(model, [other])[0]}'" if other is not None else ""
 st.plotly_chart(figures.component_bars(dla.shares, dla.labels, title, "logit (nats)", total=dla.logit))
-st.markdown(difference(dla.check, "The shares add up to the logit of a separate forward pass") + ". "
+st.markdown(check_line("The shares add up to the logit of a separate forward pass", dla.check) + ". "
             + ("Through LayerNorm each term is divided by the scale cached on this input; the scale depends on all "
                "terms together, so a share is a first-order reading, not what removing the term would do."
                if cfg.normalization == "LN" else "Without LayerNorm the read-out is linear, so the shares are exact."))
@@ -106,9 +101,13 @@ if cfg.n_layers:
     room = (f"together the {len(sub.labels)} heads could write {sub.written} dimensions, "
             + (f"which fit in the {cfg.d_model}-dimensional stream, so they could all be orthogonal."
                if sub.room else f"more than the stream's {cfg.d_model}, so they cannot all be orthogonal."))
-    st.markdown(f"Each head writes into a subspace of rank ≤ d_head = {cfg.d_head}; {room}")
+    st.markdown(f"Each head writes into a subspace of rank ≤ min(d_head, d_model) = {sub.k}; {room}")
     if not sub.pairs:
         st.markdown("This model has one head: there is no pair to compare.")
+    elif sub.versus_random == "vacuous":
+        st.markdown(f"Nothing to compare here: with d_head = {cfg.d_head} ≥ d_model = {cfg.d_model} each head can "
+                    "write the whole stream, so every pair of heads overlaps completely (1), as every pair of random "
+                    "subspaces would. The count of dimensions decides this, not the weights.")
     else:
         st.markdown(
             f"Mean overlap of the {sub.pairs} pairs of different heads: **{sub.mean:.3f}**, largest {sub.largest:.3f}. "
@@ -118,7 +117,10 @@ if cfg.n_layers:
             + {"below": ": they avoid each other's subspaces more than chance would.",
                "about": ": as far as this measure shows, their subspaces are placed as if at random.",
                "above": ": they share directions more than chance would."}[sub.versus_random])
-        st.markdown(f"Separate subspaces (every pair's overlap ≤ {SEPARATE_MAX}): **{'yes' if sub.separate else 'no'}**.")
+        st.markdown(f"Separate subspaces (every pair's overlap ≤ {SEPARATE_MAX}): " + (
+            f"impossible with these sizes: {len(sub.labels)} heads writing {sub.written} dimensions into "
+            f"{cfg.d_model} overlap {sub.least:.3f} on average at the least, whatever their weights, so this says "
+            "nothing about the model." if sub.separate == "impossible" else f"**{sub.separate}**."))
     st.plotly_chart(figures.overlap_heatmap(sub.overlap, sub.labels, sub.baseline))
 
 with st.expander("Under the hood"):

@@ -6,11 +6,11 @@ matter: W_Q R, W_K R⁻ᵀ (or W_V R, R⁻¹ W_O) give the same head for any inv
 
 The page experiments (``regrouping``, ``ranks``, ``non_uniqueness``, ``scores``, ``messages``) take the
 model and plain values (token ids, layer, head, …), run on that one sequence and return frozen dataclasses
-of numbers, arrays and verdicts; checks use the model's own tolerance (float64 ones that of float64).
+of numbers, arrays and verdicts; checks use the model's own tolerance (float64 ones that of float64) and
+compare with what the model itself computed (its cache), never with the same formula computed again.
 """
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
@@ -20,8 +20,9 @@ from mechlib import attention
 from mechlib.checks import RANK_ZERO, Check, compare, model_tolerance, tolerance_for
 from mechlib.device import median_ms
 from mechlib.model import Cache, Transformer
+from mechlib.residual import cache_of
 
-__all__ = ["head_inputs", "scores_from_W_QK", "Regrouping", "regrouping", "rank_verdict", "Ranks", "ranks",
+__all__ = ["head_inputs", "scores_from_W_QK", "Regrouping", "regrouping", "Ranks", "ranks",
            "NonUniqueness", "non_uniqueness", "Scores", "scores", "Messages", "messages", "TOP_PUSHED"]
 
 TOP_PUSHED = 3  # tokens listed per message: those it raises most through W_U
@@ -49,42 +50,29 @@ def scores_from_W_QK(model: Transformer, cache: Cache, layer: int, head: int) ->
     return scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
 
 
-def _run(model: Transformer, ids: tuple[int, ...]) -> Cache:
-    return model.run_with_cache(torch.tensor([ids]))[1]
-
-
 @dataclass(frozen=True)
 class Regrouping:
-    check: Check                  # ((A V) W_O) against (A (V W_O))
-    macs: dict[str, int]          # multiply-adds of each grouping for the sequence
-    time_ms: dict[str, float]     # median of 5 runs each
+    check: Check                  # A (V W_O) of every head against the model's cached per-head results ((A V) W_O)
+    macs: dict[str, int]          # multiply-adds of each grouping for the sequence, one head
+    time_ms: dict[str, float]     # median of 5 runs each, the chosen head
 
 
 @torch.inference_mode()
 def regrouping(model: Transformer, ids: tuple[int, ...], layer: int, head: int) -> Regrouping:
-    """One head computed as ((A V) W_O) and as (A (V W_O)); the same by associativity, at different costs."""
-    cache = _run(model, ids)
-    A = cache[f"blocks.{layer}.attn.hook_pattern"][0, head]                   # [query_pos key_pos]
-    V = cache[f"blocks.{layer}.attn.hook_v"][0, :, head]                      # [key_pos d_head]
-    W_O = model.blocks[layer].attn.W_O[head]                                  # [d_head d_model]
-    n, d_head, d_model = A.shape[0], V.shape[1], W_O.shape[1]
+    """Every head of the layer computed as A (V W_O), against the results the model cached from its own
+    ((A V) W_O) (``blocks.{layer}.attn.hook_result``): the same by associativity, at different costs."""
+    cache = cache_of(model, ids)
+    A = cache[f"blocks.{layer}.attn.hook_pattern"][0]                         # [head query_pos key_pos]
+    V = cache[f"blocks.{layer}.attn.hook_v"][0].transpose(0, 1)               # [head key_pos d_head]
+    W_O = model.blocks[layer].attn.W_O                                        # [head d_head d_model]
+    regrouped = (A @ (V @ W_O)).transpose(0, 1)                               # [query_pos head d_model]
+    n, d_head, d_model = A.shape[-1], V.shape[-1], W_O.shape[-1]
+    A_h, V_h, W_O_h = A[head], V[head], W_O[head]                             # the chosen head, timed
     return Regrouping(
-        check=compare((A @ V) @ W_O, A @ (V @ W_O), model_tolerance(model)),
+        check=compare(regrouped, cache[f"blocks.{layer}.attn.hook_result"][0], model_tolerance(model)),
         macs={"((QKᵀ)V)O": n * n * d_head + n * d_head * d_model, "(QKᵀ)(VO)": n * d_head * d_model + n * n * d_model},
-        time_ms={"((QKᵀ)V)O": median_ms(lambda: (A @ V) @ W_O), "(QKᵀ)(VO)": median_ms(lambda: A @ (V @ W_O))},
+        time_ms={"((QKᵀ)V)O": median_ms(lambda: (A_h @ V_h) @ W_O_h), "(QKᵀ)(VO)": median_ms(lambda: A_h @ (V_h @ W_O_h))},
     )
-
-
-RankVerdict = Literal["passed", "vacuous", "failed"]
-
-
-def rank_verdict(singular_values: np.ndarray, d_head: int) -> RankVerdict:
-    """Is rank ≤ d_head? "vacuous" when there is no singular value past d_head (d_head ≥ d_model: any matrix
-    passes), "passed" when all past d_head are below RANK_ZERO · σ₁, else "failed"."""
-    beyond = singular_values[d_head:]
-    if not len(beyond):
-        return "vacuous"
-    return "passed" if beyond.max() <= RANK_ZERO * singular_values[0] else "failed"
 
 
 @dataclass(frozen=True)
@@ -92,12 +80,14 @@ class Ranks:
     spectra: dict[str, np.ndarray]    # "W_QK", "W_OV" -> [d_model] singular values, float64
     ranks: dict[str, int]             # singular values above RANK_ZERO · σ₁
     beyond: dict[str, float]          # the largest singular value past d_head / σ₁ (0 when there is none)
-    verdicts: dict[str, RankVerdict]  # rank ≤ d_head: "passed", "failed", or "vacuous" when d_head ≥ d_model
+    vacuous: bool                     # d_head ≥ d_model: no singular value lies past d_head, rank ≤ d_head says nothing
 
 
 @torch.inference_mode()
 def ranks(model: Transformer, layer: int, head: int) -> Ranks:
-    """Singular values of W_QK and W_OV (d_model each, in float64); those past d_head are numerically 0."""
+    """Singular values of W_QK and W_OV (d_model each, in float64). Rank ≤ d_head is linear algebra, not a finding:
+    each product passes through d_head dimensions, so the values past d_head are numerically 0. The spectra show
+    it; with d_head ≥ d_model there is no value past d_head and the statement holds for any matrix."""
     attn, d_head = model.blocks[layer].attn, model.cfg.d_head
     W_QK = attention.W_QK(attn.W_Q[head : head + 1].double(), attn.W_K[head : head + 1].double())[0]
     W_OV = attention.W_OV(attn.W_V[head : head + 1].double(), attn.W_O[head : head + 1].double())[0]
@@ -105,7 +95,7 @@ def ranks(model: Transformer, layer: int, head: int) -> Ranks:
     top = {name: values[0] if values[0] > 0 else 1.0 for name, values in spectra.items()}
     return Ranks(spectra, {name: int((values > RANK_ZERO * top[name]).sum()) for name, values in spectra.items()},
                  {name: float(values[d_head:].max(initial=0.0) / top[name]) for name, values in spectra.items()},
-                 {name: rank_verdict(values, d_head) for name, values in spectra.items()})
+                 d_head >= model.cfg.d_model)
 
 
 @dataclass(frozen=True)
@@ -119,7 +109,7 @@ def non_uniqueness(model: Transformer, ids: tuple[int, ...], layer: int, head: i
     """The pattern after W_Q R, W_K R⁻ᵀ and the messages after W_V R, R⁻¹ W_O, for a random invertible R
     (d_head × d_head), against the originals; computed in float64."""
     attn = model.blocks[layer].attn
-    qk_input, v_input = (x[0].double() for x in head_inputs(model, _run(model, ids), layer))  # [pos d_model]
+    qk_input, v_input = (x[0].double() for x in head_inputs(model, cache_of(model, ids), layer))  # [pos d_model]
     W_Q, W_K, W_V, W_O = (w[head].double() for w in (attn.W_Q, attn.W_K, attn.W_V, attn.W_O))
     b_Q, b_K, b_V = (b[head].double() for b in (attn.b_Q, attn.b_K, attn.b_V))
     g = torch.Generator().manual_seed(seed)
@@ -150,7 +140,7 @@ class Scores:
 @torch.inference_mode()
 def scores(model: Transformer, ids: tuple[int, ...], layer: int, head: int) -> Scores:
     """One head's scores recomputed from W_QK against the model's own, and its pattern."""
-    cache = _run(model, ids)
+    cache = cache_of(model, ids)
     cached = cache[f"blocks.{layer}.attn.hook_attn_scores"][0, head]          # [query_pos key_pos]
     mine = scores_from_W_QK(model, cache, layer, head)[0]                     # [query_pos key_pos]
     causal = torch.isfinite(cached)
@@ -169,7 +159,7 @@ class Messages:
 @torch.inference_mode()
 def messages(model: Transformer, ids: tuple[int, ...], layer: int, head: int, dest: int) -> Messages:
     """The messages every source sends through one head to ``dest``, and their weighted sum."""
-    cache = _run(model, ids)
+    cache = cache_of(model, ids)
     attn = model.blocks[layer].attn
     _, v_input = head_inputs(model, cache, layer)
     sent = (v_input[0, : dest + 1] @ attn.W_V[head] + attn.b_V[head]) @ attn.W_O[head]   # [source d_model]

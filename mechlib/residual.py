@@ -22,13 +22,18 @@ from torch import Tensor
 from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX, Check, compare, model_tolerance
 from mechlib.model import LN_EPS, Cache, Transformer
 
-__all__ = ["Ledger", "ledger", "final_residual", "boundaries", "unembed", "logit_lens", "direct_logit_attribution",
-           "subspace_overlap", "random_overlap", "random_overlap_sd", "LedgerCheck", "ledger_check", "LedgerAt",
+__all__ = ["cache_of", "Ledger", "ledger", "final_residual", "boundaries", "unembed", "logit_lens", "direct_logit_attribution",
+           "subspace_overlap", "random_overlap", "random_overlap_sd", "least_overlap", "LedgerCheck", "ledger_check", "LedgerAt",
            "ledger_at", "Depth", "depth", "Lens", "lens", "Attribution", "attribution", "Subspaces", "subspaces",
            "LENS_TOP", "CANDIDATES"]
 
 LENS_TOP = 3     # tokens shown per layer boundary in the logit lens
 CANDIDATES = 10  # the model's likeliest next tokens offered for direct logit attribution
+
+
+def cache_of(model: Transformer, ids: tuple[int, ...]) -> Cache:
+    """The model's cache on one sequence of token ids: what every page experiment reads."""
+    return model.run_with_cache(torch.tensor([ids]))[1]
 
 
 @dataclass(frozen=True)
@@ -107,37 +112,40 @@ def direct_logit_attribution(model: Transformer, cache: Cache, tokens: Tensor) -
 def subspace_overlap(model: Transformer) -> tuple[list[str], Tensor]:
     """How much every pair of heads' output subspaces overlap: (labels, [head head]).
 
-    A head writes into the row space of its W_O (rank ≤ d_head). The overlap of two such subspaces is the
-    mean squared cosine of their principal angles, ‖Q₁ᵀQ₂‖²_F / d_head: 1 when equal, 0 when orthogonal.
+    A head writes into the row space of its W_O, of dimension k = min(d_head, d_model). The overlap of two such
+    subspaces is the mean squared cosine of their principal angles, ‖Q₁ᵀQ₂‖²_F / k: 1 when equal, 0 when orthogonal.
     """
     bases, labels = [], []
     for layer, block in enumerate(model.blocks):
         for head in range(model.cfg.n_heads):
-            basis, _ = torch.linalg.qr(block.attn.W_O[head].T.double())       # [d_model d_head], orthonormal
+            basis, _ = torch.linalg.qr(block.attn.W_O[head].T.double())       # [d_model k], orthonormal
             bases.append(basis)
             labels.append(f"L{layer}H{head}")
-    stacked = torch.stack(bases)                                               # [head d_model d_head]
-    products = torch.einsum("amk,bmn->abkn", stacked, stacked)                 # [head head d_head d_head]
-    return labels, products.pow(2).sum((-1, -2)) / model.cfg.d_head
+    stacked = torch.stack(bases)                                               # [head d_model k]
+    products = torch.einsum("amk,bmn->abkn", stacked, stacked)                 # [head head k k]
+    return labels, products.pow(2).sum((-1, -2)) / stacked.shape[-1]
 
 
-def random_overlap(d_model: int, d_head: int) -> float:
-    """The expected overlap of two random d_head-dimensional subspaces of a d_model-dimensional space."""
-    return d_head / d_model
+def random_overlap(d_model: int, k: int) -> float:
+    """The expected overlap of two random k-dimensional subspaces of a d_model-dimensional space (k ≤ d_model)."""
+    return k / d_model
 
 
-def random_overlap_sd(d_model: int, d_head: int) -> float:
+def random_overlap_sd(d_model: int, k: int) -> float:
     """The standard deviation of that overlap: Var tr(P₁P₂) = 2k²(n−k)² / (n²(n−1)(n+2)) for two random rank-k
     projections in n dimensions, divided by k. Overlaps of different pairs are uncorrelated."""
-    n, k = d_model, d_head
+    n = d_model
     return (2 * (n - k) ** 2 / (n**2 * (n - 1) * (n + 2))) ** 0.5 if n > 1 else 0.0
 
 
+def least_overlap(d_model: int, k: int, heads: int) -> float:
+    """The smallest mean overlap ``heads`` k-dimensional subspaces of a d_model-dimensional space can have, whatever
+    they are: max(0, (heads·k/d_model − 1) / (heads − 1)). From ‖Σ P_h‖²_F ≥ (tr Σ P_h)² / d_model: subspaces
+    writing more than d_model dimensions in all must share some (1 when k = d_model). Needs heads ≥ 2."""
+    return max(0.0, (heads * k / d_model - 1) / (heads - 1))
+
+
 # The page's experiments ----------------------------------------------------------------------------------------
-
-
-def _run(model: Transformer, ids: tuple[int, ...]) -> tuple[Tensor, Cache]:
-    return model.run_with_cache(torch.tensor([ids]))
 
 
 @dataclass(frozen=True)
@@ -176,7 +184,7 @@ class LedgerAt:
 @torch.inference_mode()
 def ledger_at(model: Transformer, ids: tuple[int, ...], position: int) -> LedgerAt:
     """The ledger at one position: every component's write, and its length along the final residual."""
-    _, cache = _run(model, ids)
+    cache = cache_of(model, ids)
     book = ledger(model, cache)
     terms = book.terms[:, 0, position]                                         # [component d_model]
     final = final_residual(model, cache)[0, position]                          # [d_model]
@@ -195,7 +203,7 @@ class Depth:
 @torch.inference_mode()
 def depth(model: Transformer, ids: tuple[int, ...]) -> Depth:
     """The stream's size through depth, and how much each attention layer and MLP adds on average."""
-    _, cache = _run(model, ids)
+    cache = cache_of(model, ids)
     outputs = {}
     for layer in range(model.cfg.n_layers):
         outputs[f"L{layer} attention"] = cache[f"blocks.{layer}.hook_attn_out"][0]    # [pos d_model]
@@ -218,7 +226,7 @@ class Lens:
 @torch.inference_mode()
 def lens(model: Transformer, ids: tuple[int, ...], position: int) -> Lens:
     """The logit lens at one position: the stream read through the model's read-out after every block."""
-    _, cache = _run(model, ids)
+    cache = cache_of(model, ids)
     read = logit_lens(model, cache)[:, 0]                                      # [boundary pos d_vocab]
     logits = model(torch.tensor([ids]))[0]                                     # [pos d_vocab], a separate call
     probs = read[:, position].double().softmax(-1)                             # [boundary d_vocab]
@@ -243,7 +251,7 @@ def attribution(model: Transformer, ids: tuple[int, ...], position: int, token: 
                 other: int | None = None) -> Attribution:
     """Direct logit attribution at one position: each component's share of the logit of ``token``, or of the
     logit difference against ``other``."""
-    _, cache = _run(model, ids)
+    cache = cache_of(model, ids)
     logits = model(torch.tensor([ids]))[0, position]                           # [d_vocab], a separate call
 
     def shares_of(target: int) -> tuple[list[str], Tensor]:
@@ -265,12 +273,18 @@ class Subspaces:
     pairs: int                # pairs of different heads
     mean: float               # mean overlap over those pairs (nan with fewer than two heads)
     largest: float            # largest overlap of a pair (nan with fewer than two heads)
-    baseline: float           # expected overlap of two random subspaces: d_head / d_model
+    k: int                    # the dimension of each head's subspace: min(d_head, d_model)
+    baseline: float           # expected overlap of two random k-dimensional subspaces: k / d_model
     margin: float             # OVERLAP_SIGMAS standard deviations of the mean of that many random pairs
-    written: int              # dimensions all heads together could write: n_layers · n_heads · d_head
+    written: int              # dimensions all heads together could write: n_layers · n_heads · k
     room: bool                # written ≤ d_model: the heads' subspaces could all be orthogonal
-    separate: bool            # every pair overlaps at most SEPARATE_MAX
-    versus_random: Literal["below", "about", "above", ""]  # mean against baseline ± margin; "" with one head
+    least: float              # the smallest mean overlap these dimensions allow (least_overlap; nan with one head)
+    # every pair overlaps at most SEPARATE_MAX: "yes", "no", or "impossible" when least > SEPARATE_MAX (a count of
+    # dimensions, not a finding); "" with one head
+    separate: Literal["yes", "no", "impossible", ""]
+    # mean against baseline ± margin; "vacuous" when k = d_model (every subspace is the whole stream, random ones
+    # too: the overlap is 1 by dimension count); "" with one head
+    versus_random: Literal["below", "about", "above", "vacuous", ""]
 
 
 @torch.inference_mode()
@@ -281,11 +295,15 @@ def subspaces(model: Transformer) -> Subspaces:
         raise ValueError("a model with no layers has no heads, so no subspaces to compare")
     labels, overlap = subspace_overlap(model)
     off = overlap[~torch.eye(len(labels), dtype=torch.bool, device=overlap.device)]    # [head·(head−1)]
-    pairs = len(off) // 2
-    baseline = random_overlap(cfg.d_model, cfg.d_head)
-    margin = OVERLAP_SIGMAS * random_overlap_sd(cfg.d_model, cfg.d_head) / max(pairs, 1) ** 0.5
-    mean, largest = (float(off.mean()), float(off.max())) if pairs else (float("nan"), float("nan"))
-    versus = "" if not pairs else "below" if mean < baseline - margin else "above" if mean > baseline + margin else "about"
-    written = cfg.n_layers * cfg.n_heads * cfg.d_head
-    return Subspaces(labels, overlap.cpu().numpy(), pairs, mean, largest, baseline, margin, written,
-                     written <= cfg.d_model, bool(pairs) and largest <= SEPARATE_MAX, versus)
+    pairs, k = len(off) // 2, min(cfg.d_head, cfg.d_model)
+    written = len(labels) * k
+    baseline = random_overlap(cfg.d_model, k)
+    margin = OVERLAP_SIGMAS * random_overlap_sd(cfg.d_model, k) / max(pairs, 1) ** 0.5
+    nan = float("nan")
+    mean, largest = (float(off.mean()), float(off.max())) if pairs else (nan, nan)
+    least = least_overlap(cfg.d_model, k, len(labels)) if pairs else nan
+    versus = ("" if not pairs else "vacuous" if k == cfg.d_model else "below" if mean < baseline - margin
+              else "above" if mean > baseline + margin else "about")
+    separate = "" if not pairs else "impossible" if least > SEPARATE_MAX else "yes" if largest <= SEPARATE_MAX else "no"
+    return Subspaces(labels, overlap.cpu().numpy(), pairs, mean, largest, k, baseline, margin, written,
+                     written <= cfg.d_model, least, separate, versus)

@@ -1,5 +1,6 @@
 """Shared AppTest helpers."""
 
+import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -17,3 +18,22 @@ def open_page(path: str, **state) -> AppTest:
     at.run()
     assert not at.exception, at.exception
     return at
+
+
+# shell.check_line, as every page writes it: (max |difference|, scaled, tolerance, colour, mark)
+CHECK_LINE = re.compile(r": max \|difference\| \*\*([-+.e\d]+)\*\*, scaled \*\*([-+.e\d]+)\*\* against a "
+                        r"tolerance of \*\*([-+.e\d]+)\*\* · max\(1, \|reference\|\) — :(green|red)\[\*\*(✓ pass|✗ FAIL)\*\*\]")
+
+
+def shown_checks(at: AppTest) -> list[tuple[float, float, float, bool]]:
+    """(max |difference|, scaled, tolerance, shown as passed) of every check line on the page, in order."""
+    return [(float(d), float(s), float(t), mark == "✓ pass")
+            for md in at.markdown for d, s, t, _, mark in CHECK_LINE.findall(md.value)]
+
+
+def open_page_with_model(path: str, model, **state) -> AppTest:
+    """``open_page`` with ``model`` among this session's models and chosen in the sidebar, as after an upload."""
+    from mechlib import io
+
+    label = "uploaded: test.safetensors"
+    return open_page(path, session_models={label: io.to_bytes(model)}, model=label, **state)

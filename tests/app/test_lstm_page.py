@@ -1,30 +1,31 @@
 """AppTest for the LSTM analogy page: every widget moved, the decompositions checked against their shown
 tolerance, the sizes and conclusions read from the models and the table."""
 
+import dataclasses
 import json
 import re
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
-from mechlib import zoo
-from tests.app.helpers import open_page
+from mechlib import analogy, zoo
+from mechlib.checks import LOSS_TIE, Check
+from tests.app.helpers import open_page, shown_checks
 
-CHECK = re.compile(r"max \|difference\| \*\*([-+.e\d]+)\*\*, scaled \*\*([-+.e\d]+)\*\* against a tolerance of "
-                   r"\*\*([-+.e\d]+)\*\* · max\(1, \|value\|\) — :(green|red)\[\*\*(✓ pass|✗ FAIL)\*\*\]")
+TRANSFORMER, LSTM = analogy.NAMES[analogy.TRANSFORMER], analogy.NAMES[analogy.RNN]
+REAL = {"side_by_side": analogy.side_by_side, "separating_test": analogy.separating_test, "heldout": analogy.heldout}
 
 
 def page(**state) -> AppTest:
     return open_page("app_pages/lstm.py", **state)
 
 
-def checks(at: AppTest) -> list[tuple[float, float, float, bool]]:
-    """(max |difference|, scaled, tolerance, shown as passed) of each check line."""
-    return [(float(d), float(s), float(t), mark == "✓ pass")
-            for md in at.markdown for d, s, t, _, mark in CHECK.findall(md.value)]
+def text_of(at: AppTest) -> str:
+    return " ".join(md.value for md in at.markdown)
 
 
 def assert_checks_hold(at: AppTest) -> None:
-    shown = checks(at)
+    shown = shown_checks(at)
     assert len(shown) == 2
     for difference, scaled, tolerance, passed in shown:
         assert passed == (scaled <= tolerance)   # the badge follows the numbers it shows
@@ -71,6 +72,72 @@ def test_conclusions_read_the_table():
     assert repeat == "transformer (attn-only-2l)" and held_out == "LSTM"  # the shipped models
 
 
+# The page caches each experiment by the function's source, so every stand-in below is its own function.
+
+
+def side_by_side_with_a_wrong_cell(ids):
+    """The real experiment, but the cell decomposition misses the final cell state by 0.5."""
+    return dataclasses.replace(REAL["side_by_side"](ids), cell_check=Check(0.5, 0.5, 1e-5))
+
+
+def separating_test_lstm_wins(length, seed):
+    """The real test with the second occurrence's losses swapped: the LSTM predicts the repeat better."""
+    real = REAL["separating_test"](length, seed)
+    second = {TRANSFORMER: real.second_repeat[LSTM], LSTM: real.second_repeat[TRANSFORMER]}
+    repeat = analogy.rank(second)
+    return dataclasses.replace(real, second_repeat=second, repeat=repeat,
+                               transformer_wins=repeat.better == TRANSFORMER and not repeat.tie)
+
+
+def separating_test_tie(length, seed):
+    """The real test with both models' second-occurrence losses within LOSS_TIE of each other."""
+    real = REAL["separating_test"](length, seed)
+    second = {TRANSFORMER: 2.0, LSTM: 2.0 + LOSS_TIE / 2}
+    return dataclasses.replace(real, second_repeat=second, repeat=analogy.rank(second), transformer_wins=False)
+
+
+def heldout_tie():
+    losses = {TRANSFORMER: 1.5, LSTM: 1.5 - LOSS_TIE / 2}
+    return analogy.Heldout(losses, analogy.rank(losses))
+
+
+def heldout_transformer_wins():
+    losses = {TRANSFORMER: 1.2, LSTM: 1.7}
+    return analogy.Heldout(losses, analogy.rank(losses))
+
+
+def test_a_failing_check_is_shown_red(monkeypatch):
+    monkeypatch.setattr(analogy, "side_by_side", side_by_side_with_a_wrong_cell)
+    at = page()
+    assert not at.exception and not at.error
+    cell, resid = shown_checks(at)
+    assert cell == (0.5, 0.5, 1e-5, False) and resid[3]
+    assert ("The steps' contributions (Π f) ⊙ i ⊙ g against the final cell state: max |difference| **5.0e-01**, "
+            "scaled **5.0e-01** against a tolerance of **1e-05** · max(1, |reference|) — :red[**✗ FAIL**]") in text_of(at)
+
+
+@pytest.mark.parametrize("repeat, held_out, expected", [
+    (separating_test_lstm_wins, heldout_tie, [
+        f"On the second occurrence the {LSTM} predicts better:",
+        "Here the transformer does not use the earlier copy to beat the LSTM on the repeat.",
+        f"On ordinary held-out text neither model predicts better: their losses are within {LOSS_TIE} nats per character."]),
+    (separating_test_tie, heldout_transformer_wins, [
+        f"On the second occurrence neither model predicts better: their losses are within {LOSS_TIE} nats.",
+        "Here the transformer does not use the earlier copy to beat the LSTM on the repeat.",
+        f"On ordinary held-out text the {TRANSFORMER} predicts better: 1.200 against 1.700 nats per character, 0.50 lower."]),
+])
+def test_conclusions_follow_each_ranking(repeat, held_out, expected, monkeypatch):
+    monkeypatch.setattr(analogy, "separating_test", repeat)
+    monkeypatch.setattr(analogy, "heldout", held_out)
+    at = page()
+    assert not at.exception and not at.error
+    for sentence in expected:
+        assert sentence in text_of(at), sentence
+    assert "An induction head can look up" not in text_of(at)
+    table = at.dataframe[0].value.set_index("model")
+    assert table["held-out text (nats per character)"].to_dict() == pytest.approx(held_out().losses, abs=1e-3)
+
+
 def test_the_separating_test_and_every_widget():
     at = page()
     table = at.dataframe[0].value.set_index("model")
@@ -86,3 +153,12 @@ def test_the_separating_test_and_every_widget():
     at.text_input(key="l_prompt").set_value("x" * 80).run()
     assert not at.exception and any("only the first 48 are used" in i.value for i in at.info)
     assert_checks_hold(at)
+
+
+def test_the_start_page_says_this_page_runs_on_its_own_models():
+    """The start page used to say every check ran "on the model you chose": not so here."""
+    at = open_page("app_pages/home.py")
+    line = next(c.value for c in at.caption if c.value.startswith("the LSTM analogy"))
+    assert line.endswith("Runs on two zoo models trained on the same data, `lstm` and `attn-only-2l`; the sidebar's "
+                         "model is not used.")
+    assert "the model you chose" not in at.markdown[0].value

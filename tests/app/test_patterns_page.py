@@ -1,14 +1,11 @@
 """AppTest for the Patterns and messages page: every widget moved, every check read off the page."""
 
-import re
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.app.helpers import open_page
-
-CHECK = re.compile(r"max \|difference\| \*\*([-+.e\d]+)\*\* — :(green|red)\[\*\*(✓ pass|✗ FAIL)\*\*\] "
-                   r"\(scaled ≤ ([-+.e\d]+)\)")
+from mechlib.config import ModelConfig
+from mechlib.model import Transformer
+from tests.app.helpers import open_page, open_page_with_model, shown_checks
 
 
 def page(**state) -> AppTest:
@@ -21,10 +18,10 @@ def text(at: AppTest) -> str:
 
 def checks_pass(at: AppTest) -> None:
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
-    shown = [(float(d), mark == "✓ pass", float(t)) for md in at.markdown for d, _, mark, t in CHECK.findall(md.value)]
-    assert [t for *_, t in shown] == [1e-10, 1e-10, 1e-5, 1e-5]  # non-uniqueness (float64), scores, messages (float32)
-    assert all(passed and d <= 10 * t for d, passed, t in shown), shown
-    assert float(at.metric[0].value) <= 1e-4                       # regrouping
+    shown = shown_checks(at)
+    # regrouping against the model's results (float32), non-uniqueness (float64, twice), scores, messages (float32)
+    assert [t for *_, t, _ in shown] == [1e-5, 1e-10, 1e-10, 1e-5, 1e-5], shown
+    assert all(passed and scaled <= t and d <= 10 * t for d, scaled, t, passed in shown), shown
     assert "FAIL" not in text(at) and "✗" not in text(at)
 
 
@@ -32,7 +29,11 @@ def test_defaults_on_the_default_zoo_model():
     at = page()
     checks_pass(at)
     assert at.session_state["model"] == "gelu-2l"
-    assert text(at).count("rank 32 ≤ 32 :green[**✓ rank ≤ d_head**]") == 2  # d_head 32: W_QK and W_OV
+    assert "A (V W_O) of each of layer 1's 4 heads against the per-head results the model computed" in text(at)
+    # rank ≤ d_head (32 < 128) cannot fail: shown as the spectra's cut, without a badge
+    assert "This is linear algebra, not a finding about the model" in text(at)
+    assert text(at).count("numerically zero below 1e-10): rank 32") == 2  # W_QK and W_OV
+    assert "rank ≤ d_head**]" not in text(at) and ":green[**✓ rank" not in text(at)
 
 
 @pytest.mark.parametrize("key, value", [("layer", 0), ("head", 3), ("dest", 4)])
@@ -66,11 +67,28 @@ def test_shortformer_note_only_where_positions_skip_the_stream():
 
 def test_one_head_rank_is_vacuous_not_a_pass():
     at = page(model="random", heads=1)  # d_model 64, one head: d_head = d_model
-    assert not at.exception and not at.error
-    assert text(at).count("With one head d_head = d_model = 64, so rank ≤ d_head holds for any matrix: nothing to check") == 2
-    assert "rank ≤ d_head**]" not in text(at)
+    checks_pass(at)
+    assert "Here d_head = 64 ≥ d_model = 64: a d_model × d_model matrix has only 64 singular values" in text(at)
+    assert "rank ≤ d_head**]" not in text(at) and "not a finding about the model" not in text(at)
+
+
+@pytest.mark.parametrize("d_head", [16, 24])
+def test_heads_as_wide_as_the_stream(d_head):
+    """d_head = d_model with two heads got the old text "With one head …"; d_head > d_model raised IndexError."""
+    cfg = ModelConfig(n_layers=1, d_model=16, n_heads=2, d_head=d_head, d_vocab=40, n_ctx=12, seed=3)
+    at = open_page_with_model("app_pages/patterns.py", Transformer(cfg))
+    checks_pass(at)
+    assert f"Here d_head = {d_head} ≥ d_model = 16: a d_model × d_model matrix has only 16 singular values, none past " \
+           "d_head, so rank ≤ d_head holds for any matrix and says nothing about this head." in text(at)
+    assert "one head" not in text(at) and "A (V W_O) of each of layer 0's 2 heads" in text(at)
 
 
 def test_zero_layer_model_explains_itself():
     at = page(model="attn-only-0l")
     assert any("no attention layers" in i.value for i in at.info)
+
+
+def test_the_start_page_says_this_page_runs_on_the_sidebars_model():
+    at = open_page("app_pages/home.py")
+    assert next(c.value for c in at.caption if c.value.startswith("a head is a pattern")).endswith(
+        "Runs on the model chosen in the sidebar.")

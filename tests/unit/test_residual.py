@@ -188,7 +188,7 @@ def test_subspace_overlap_known_answers():
     assert labels == ["L0H0", "L0H1"]
     assert torch.allclose(overlap, torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64))
     result = residual.subspaces(model)
-    assert result.separate and result.versus_random == "below" and result.room
+    assert result.separate == "yes" and result.versus_random == "below" and result.room and result.least == 0
     assert result.pairs == 1 and result.largest <= SEPARATE_MAX
 
 
@@ -197,8 +197,10 @@ def test_random_heads_overlap_about_d_head_over_d_model():
     result = residual.subspaces(Transformer(cfg))
     assert result.pairs == 16 * 15 // 2 and result.baseline == 32 / 256
     assert result.mean == pytest.approx(result.baseline, rel=0.1)
-    assert result.versus_random == "about" and not result.separate
+    assert result.versus_random == "about"
     assert result.written == 512 and not result.room  # 2 · 8 · 32 dimensions cannot fit orthogonally in 256
+    # so every arrangement overlaps (512/256 − 1) / 15 on average: "no" would be a count, not a finding
+    assert result.least == pytest.approx(1 / 15) and result.mean >= result.least and result.separate == "impossible"
 
 
 def test_heads_sharing_one_subspace_overlap_above_random():
@@ -207,12 +209,46 @@ def test_heads_sharing_one_subspace_overlap_above_random():
     with torch.no_grad():
         model.blocks[0].attn.W_O.copy_(model.blocks[0].attn.W_O[0].expand(4, -1, -1))
     result = residual.subspaces(model)
-    assert result.mean == pytest.approx(1.0) and result.versus_random == "above" and not result.separate
+    assert result.mean == pytest.approx(1.0) and result.versus_random == "above"
+    assert result.least == 0 and result.separate == "no"  # 4 · 4 = d_model: they could have been orthogonal
 
 
 def test_one_head_has_nothing_to_compare():
     result = residual.subspaces(Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=1, d_vocab=5, n_ctx=4)))
-    assert result.pairs == 0 and result.versus_random == "" and not result.separate and np.isnan(result.mean)
+    assert result.pairs == 0 and result.versus_random == "" and result.separate == "" and np.isnan(result.mean)
+
+
+@pytest.mark.parametrize("d_head", [8, 12])
+def test_heads_as_wide_as_the_stream_are_vacuous_not_above_random(d_head):
+    """d_head ≥ d_model: every head's subspace is the whole stream, and so is a random one. The old verdict called
+    d_head = d_model "above random" (rounding against a margin of 0) and d_head > d_model "below" (overlap 0.5
+    against a baseline of 1.5: both divided by d_head instead of the subspace's dimension)."""
+    cfg = ModelConfig(n_layers=1, d_model=8, n_heads=2, d_head=d_head, d_vocab=5, n_ctx=4)
+    result = residual.subspaces(Transformer(cfg))
+    assert np.allclose(result.overlap, 1.0, atol=1e-12) and result.k == 8 and result.baseline == 1.0
+    assert result.versus_random == "vacuous" and result.least == 1.0 and result.separate == "impossible"
+    assert result.written == 16 and not result.room
+
+
+def test_least_overlap_is_reached_by_three_lines_in_a_plane():
+    """Three 1-dimensional heads in 2 dimensions, 60° apart: cos² 60° = 1/4 for every pair, which is the bound."""
+    cfg = ModelConfig(n_layers=1, d_model=2, n_heads=3, d_head=1, d_vocab=5, n_ctx=4)
+    model = Transformer(cfg).double()
+    angles = torch.tensor([0.0, 60.0, 120.0], dtype=torch.float64).deg2rad()
+    with torch.no_grad():
+        model.blocks[0].attn.W_O.copy_(torch.stack([angles.cos(), angles.sin()], -1)[:, None, :])
+    result = residual.subspaces(model)
+    assert residual.least_overlap(2, 1, 3) == result.least == 0.25
+    assert result.mean == pytest.approx(0.25, abs=1e-12) and result.largest == pytest.approx(0.25, abs=1e-12)
+    assert result.separate == "impossible"
+
+
+def test_least_overlap_bounds_random_heads():
+    for d_model, d_head, heads, seed in [(16, 4, 6, 0), (16, 8, 4, 1), (32, 4, 12, 2)]:
+        cfg = ModelConfig(n_layers=2, d_model=d_model, n_heads=heads // 2, d_head=d_head, d_vocab=5, n_ctx=4, seed=seed)
+        result = residual.subspaces(Transformer(cfg))
+        assert result.least == pytest.approx(max(0.0, (heads * d_head / d_model - 1) / (heads - 1)))
+        assert result.mean >= result.least - 1e-12
 
 
 def test_no_layers_no_subspaces():

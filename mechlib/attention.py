@@ -12,7 +12,7 @@ import torch
 from einops import einsum, rearrange
 from torch import Tensor
 
-__all__ = ["qkv", "attention_scores", "attention_pattern", "mix_values", "concat_then_project",
+__all__ = ["qkv", "fused_qkv", "attention_scores", "attention_pattern", "mix_values", "concat_then_project",
            "per_head_results", "W_QK", "W_OV", "pattern_times_messages"]
 
 
@@ -20,6 +20,15 @@ def qkv(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
     """Queries, keys or values of every head: x [... pos d_model] @ W [head d_model d_head] -> [... pos head d_head]."""
     out = einsum(x, W, "... pos d_model, head d_model d_head -> ... pos head d_head")
     return out if b is None else out + b
+
+
+def fused_qkv(x: Tensor, Ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """``qkv`` for several weights at once, as one matmul: x [... pos d_model] and weights [head d_model d_head]
+    -> one [... head pos d_head] per weight (heads before positions, as scaled_dot_product_attention takes them)."""
+    W = torch.cat([W.transpose(0, 1) for W in Ws], dim=1).flatten(1)            # [d_model (w head d_head)]
+    out = torch.nn.functional.linear(x, W.T, torch.cat(bs).flatten())            # [... pos (w head d_head)]
+    out = out.unflatten(-1, (len(Ws), Ws[0].shape[0], Ws[0].shape[2]))          # [... pos w head d_head]
+    return out.movedim(-4, -2).unbind(-4)                                        # w × [... head pos d_head]
 
 
 def attention_scores(q: Tensor, k: Tensor) -> Tensor:

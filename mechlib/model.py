@@ -96,6 +96,8 @@ class LayerNorm(nn.Module):
         self.b = nn.Parameter(torch.zeros(cfg.d_model))
 
     def forward(self, x: Tensor, rec: Recorder = NO_RECORDING) -> Tensor:  # x: [batch pos d_model]
+        if not rec.active:  # PyTorch's fused kernel: the same formula
+            return F.layer_norm(x, self.w.shape, self.w, self.b, LN_EPS)
         x = x - x.mean(-1, keepdim=True)
         scale = rec("hook_scale", (x.pow(2).mean(-1, keepdim=True) + LN_EPS).sqrt())  # [batch pos 1]
         return rec("hook_normalized", x / scale * self.w + self.b)                     # [batch pos d_model]
@@ -117,6 +119,8 @@ class Attention(nn.Module):
         self.register_buffer("IGNORE", torch.tensor(float("-inf")))
 
     def forward(self, qk_input: Tensor, v_input: Tensor, rec: Recorder = NO_RECORDING) -> Tensor:
+        if not rec.active:
+            return self.fused(qk_input, v_input)
         q = rec("hook_q", attention.qkv(qk_input, self.W_Q, self.b_Q))          # [batch pos head d_head]
         k = rec("hook_k", attention.qkv(qk_input, self.W_K, self.b_K))          # [batch pos head d_head]
         v = rec("hook_v", attention.qkv(v_input, self.W_V, self.b_V))           # [batch pos head d_head]
@@ -126,6 +130,18 @@ class Attention(nn.Module):
         if rec.recording:  # n_heads times the output's size, so computed for the cache only
             rec("hook_result", attention.per_head_results(z, self.W_O))         # [batch pos head d_model]
         return attention.concat_then_project(z, self.W_O) + self.b_O            # [batch pos d_model]
+
+    def fused(self, qk_input: Tensor, v_input: Tensor) -> Tensor:
+        """The same layer when nothing is recorded: one matmul for Q, K and V (Q and K only when, as in
+        shortformer, the values read another input) and PyTorch's fused causal attention, whose default
+        scale is 1/√d_head as in ``attention.attention_scores``."""
+        if qk_input is v_input:
+            q, k, v = attention.fused_qkv(qk_input, (self.W_Q, self.W_K, self.W_V), (self.b_Q, self.b_K, self.b_V))
+        else:
+            (q, k), (v,) = (attention.fused_qkv(qk_input, (self.W_Q, self.W_K), (self.b_Q, self.b_K)),
+                            attention.fused_qkv(v_input, (self.W_V,), (self.b_V,)))
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True)            # [batch head pos d_head]
+        return F.linear(z.transpose(-3, -2).flatten(-2), self.W_O.flatten(0, 1).T, self.b_O)  # [batch pos d_model]
 
 
 class MLP(nn.Module):
@@ -242,13 +258,15 @@ class Transformer(Shareable):
         """
         tokens = self._check_tokens(tokens).to(self.embed.W_E.device)
         rec = Recorder(cache, self._check_ablation(ablate))
-        embed = rec("hook_embed", self.embed.W_E[tokens])                                   # [batch pos d_model]
+        embed = rec("hook_embed", F.embedding(tokens, self.embed.W_E))                      # [batch pos d_model]
         pos_embed = rec("hook_pos_embed", self.pos_embed.W_pos[: tokens.shape[1]].expand_as(embed))  # [batch pos d_model]
         resid = embed if self.cfg.positional == "shortformer" else embed + pos_embed
         for layer, block in enumerate(self.blocks):
             resid = block(resid, pos_embed, rec.scope(f"blocks.{layer}"))
         if self.cfg.normalization == "LN":
             resid = self.ln_final(resid, rec.scope("ln_final"))
+        if not rec.active:  # one fused matmul-and-add
+            return F.linear(resid, self.unembed.W_U.T, self.unembed.b_U)                    # [batch pos d_vocab]
         return resid @ self.unembed.W_U + self.unembed.b_U      # [batch pos d_vocab]
 
     @torch.inference_mode()

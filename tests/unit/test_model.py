@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mechlib import attention
+from mechlib.checks import compare
 from mechlib.config import ModelConfig
 from mechlib.model import NO_RECORDING, Recorder, Transformer
 from tests.unit.helpers import with_random_biases
@@ -58,9 +59,9 @@ def test_run_with_cache_logits_equal_plain_forward(cfg):
     tokens = tokens_for(cfg)
     logits, cache = model.run_with_cache(tokens)
     with torch.no_grad():
-        plain = model(tokens)
+        plain = model(tokens)  # the fast path: fused kernels round differently, so not bit for bit
     assert logits.shape == (3, cfg.n_ctx, cfg.d_vocab)
-    assert torch.equal(logits, plain)
+    assert compare(plain, logits, 1e-10).passed
 
 
 @pytest.mark.parametrize("cfg", [c for c in CONFIGS if c.n_layers])
@@ -229,7 +230,8 @@ def test_forward_and_cache_are_the_formula_bit_for_bit(cfg):
         assert set(cache) == set(expected)
         assert all(torch.equal(cache[key], expected[key]) for key in expected), [k for k in expected if not torch.equal(cache[k], expected[k])]
         assert torch.equal(logits, expected_logits)
-        assert torch.equal(model(tokens, ablate=ablate), expected_logits)  # the same without a cache
+        if ablate:  # the same without a cache (without an ablation too, the fast path runs: see below)
+            assert torch.equal(model(tokens, ablate=ablate), expected_logits)
 
 
 def test_per_head_results_are_computed_only_for_the_cache(monkeypatch):
@@ -284,3 +286,38 @@ def test_initial_weights_have_the_documented_spreads():
     for name, std in expected.items():
         assert abs(weights[name].std().item() / std - 1) < 0.05, (name, weights[name].std().item(), std)
         assert abs(weights[name].mean().item()) < 0.05 * std, name
+
+
+def _logits_and_gradients(model: Transformer, tokens: torch.Tensor, cache: dict | None) -> list[torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    logits = model(tokens, cache)
+    logits.pow(2).mean().backward()
+    return [logits.detach()] + [p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+def test_the_fast_path_gives_the_recording_paths_logits_and_gradients(cfg, dtype, tolerance):
+    """With nothing recorded, attention runs as one fused Q/K/V matmul and scaled_dot_product_attention, and
+    LayerNorm as F.layer_norm; logits and every gradient equal the recording path's to 1e-5 (float32) and 1e-10
+    (float64), relative to max(1, |value|)."""
+    model = with_random_biases(Transformer(cfg).to(dtype))
+    tokens = tokens_for(cfg)
+    fast, recorded = _logits_and_gradients(model, tokens, None), _logits_and_gradients(model, tokens, {})
+    assert [a is None for a in fast] == [b is None for b in recorded]  # unused weights (W_pos with no layers)
+    for a, b in ((a, b) for a, b in zip(fast, recorded) if a is not None):
+        check = compare(a, b, tolerance)
+        assert check.passed, check
+
+
+def test_the_plain_forward_takes_the_fused_kernels_and_a_recording_one_does_not(monkeypatch):
+    cfg, calls = CONFIGS[2], []
+    fused = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    model, tokens = Transformer(cfg), tokens_for(cfg)
+    with torch.inference_mode():
+        model(tokens)
+        assert len(calls) == cfg.n_layers
+        model.run_with_cache(tokens)
+        model(tokens, ablate={(0, 0): torch.zeros(cfg.d_head)})
+    assert len(calls) == cfg.n_layers

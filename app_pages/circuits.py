@@ -73,7 +73,8 @@ if chosen == "zero layers":
                                              "current token", "probability", diverging=False))
 
 elif chosen == "one layer":
-    key, model, name = section_model("attn-only-1l", lambda m: m.cfg.n_layers >= 1, "it needs at least one layer")
+    key, model, name = section_model("attn-only-1l", lambda m: m.cfg.n_layers >= 1 and m.cfg.d_vocab > 2,
+                                     "it needs at least one layer, and a token besides <bos> and <unk>")
     st.subheader(f"One layer: skip-trigrams and copying ({name})")
     if model.cfg.n_layers > 1:
         st.caption("Layer 0's heads are read; with more layers, later ones also act on them, so the one-layer reading "
@@ -99,7 +100,9 @@ elif chosen == "one layer":
     left, right = st.columns([3, 2])
     left.plotly_chart(figures.eigenvalues_plot(o.eigenvalues))
     right.dataframe(pd.DataFrame({"head": list(o.eigenvalues), "copying score Σλ / Σ|λ|": o.copying.round(3)}), hide_index=True)
-    right.markdown(f"**{o.copiers} of {len(o.copying)} heads copy** (positive copying score).")
+    right.markdown(f"**{o.copiers} of {len(o.copying)} heads copy**: a head counts when its copying score is above "
+                   f"what a random head reaches, **{o.copying_bar:.2f}** (random heads of these sizes: mean + z·sd, z for "
+                   f"{len(o.copying)} heads at once)" + (", so none can: a score is at most 1" * (o.copying_bar >= 1)) + ".")
     if o.path_check is None:
         st.info("Path expansion is exact only without LayerNorm; this model has it, so the paths are not shown.")
     else:
@@ -113,25 +116,28 @@ elif chosen == "one layer":
 
 elif chosen == "two layers":
     key, model, name = section_model(
-        "attn-only-2l", lambda m: m.cfg.n_layers >= 2 and circuits.composition_mb(m) <= budget_mb(),
-        f"it needs two layers or more, and composition scores within {budget_mb():,.0f} MB")
+        "attn-only-2l", lambda m: m.cfg.n_layers >= 2 and circuits.composition_mb(m) <= budget_mb()
+        and induction.scorable(m.cfg), f"it needs two layers or more, composition scores within {budget_mb():,.0f} MB; "
+        + induction.SIZES_NEEDED)
     st.subheader(f"Two layers: composition and the induction circuit ({name})")
     t = section(induction.two_layers, key, model, seed)
     comp, c = t.composition, t.circuit
     for col, mode in zip(st.columns(3), "QKV"):
         col.plotly_chart(figures.composition_heatmap(comp.scores[mode], comp.writers, comp.readers, comp.random, mode))
     st.markdown(f"Random heads compose at about 1/√d_model = **{comp.random:.3f}** (random factors of these sizes: "
-                f"**{comp.empirical:.3f}** on average, {checks.RANDOM_QUANTILE:.0%} of them below **{comp.threshold:.3f}**, "
-                "the bar for \"above random\"). Strongest: "
+                f"**{comp.chance.mean:.3f}** ± {comp.chance.sd:.3f}). Strongest: "
                 + "; ".join(f"{w} → {r} by {m}: **{s:.2f}**" for m, w, r, s in comp.strongest) + ".")
     st.markdown("**Virtual heads.** When a later head reads, through its values, what an earlier head wrote, the two act "
-                "as one virtual head whose OV circuit is W_OV^A W_OV^B. The strongest pairs by V-composition:")
+                "as one virtual head whose OV circuit is W_OV^A W_OV^B. The strongest pairs by V-composition, picked from "
+                f"{comp.tested}: a pair is above random past **{comp.bar:.3f}**, the mean + z·sd of random factors' scores "
+                f"with z for {comp.tested} pairs at once, so that a random model passes with a chance of "
+                f"{checks.FAMILY_ALPHA:.0%} at most:")
     st.dataframe(pd.DataFrame([{"virtual head": f"{v.writer} → {v.reader}", "V-composition": round(v.v_composition, 3),
                                 "‖W_OV^A W_OV^B‖_F": round(v.norm, 2),
                                 "above random?": "✓ yes" if v.above_random else "✗ no"} for v in comp.virtual]),
                  hide_index=True)
     if not comp.any_virtual_above_random:
-        st.markdown(f"None of these pairs V-composes above random factors ({comp.threshold:.3f}): {name} forms no "
+        st.markdown(f"None of these pairs V-composes above random factors ({comp.bar:.3f}): {name} forms no "
                     "virtual head stronger than chance.")
     st.plotly_chart(figures.patterns_grid(t.patterns, "Every head on a repeated random sequence: "
                                           "induction heads attend one token after each earlier copy"))
@@ -139,15 +145,18 @@ elif chosen == "two layers":
                                "duplicate-token": t.scores["duplicate_token"].flatten().round(3),
                                "induction (prefix matching)": t.scores["induction"].flatten().round(3)}), hide_index=True)
     st.caption(f"A role is claimed only past its threshold: previous-token ≥ {checks.PREV_TOKEN_MIN}, induction ≥ "
-               f"{checks.INDUCTION_MIN}, K-composition above {checks.RANDOM_QUANTILE:.0%} of random factors' scores, and an induction score that falls by at "
-               f"least {checks.ABLATION_DROP_MIN:.0%} when the previous-token head is ablated.")
+               f"{checks.INDUCTION_MIN}, K-composition and an OV copying score each above what random heads reach "
+               f"(their mean + z·sd, z for one test), and an induction score that falls by at least "
+               f"{checks.ABLATION_DROP_MIN:.0%} when the previous-token head is ablated.")
     if c.found:
         st.markdown(
             f"**The circuit, as found in {name}.** {c.previous} is a previous-token head (score {c.previous_score:.2f}): "
             f"it writes \"my previous token was A\" into each position. {c.induction} K-composes with it: its keys read "
             f"that, so a query for A finds the position after the earlier A (induction score {c.induction_score:.2f}), "
-            f"and its OV circuit copies the token found there. Their K-composition is **{c.k_composition:.2f}**, against "
-            f"{c.baseline:.3f} for random factors on average ({c.threshold:.3f} at their {checks.RANDOM_QUANTILE:.0%} quantile) and a ceiling of **{c.k_ceiling:.2f}** for these two heads: with σ and "
+            f"and its OV circuit copies the token found there (copying score {c.copying:.2f} against {c.copying_bar:.2f} "
+            f"for a random head — {verdict(c.copies, 'copies', 'does not copy')}). Their K-composition is "
+            f"**{c.k_composition:.2f}**, against {c.baseline:.3f} for random factors on average (the bar for one pair: "
+            f"{c.threshold:.3f}) and a ceiling of **{c.k_ceiling:.2f}** for these two heads: with σ and "
             "τ their singular values, no alignment of the two can score above √(Σ σᵢ² τᵢ²) / (‖σ‖ ‖τ‖).")
         st.markdown(f"**Ablation proof.** With {c.previous}'s output set to zero (a functional argument; the shared model "
                     f"is untouched), {c.induction}'s induction score falls from **{c.induction_score:.3f}** to "

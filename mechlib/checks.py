@@ -3,23 +3,25 @@
 An identity holds when |a − b| ≤ tol · max(1, |reference|) element-wise, with tol set by the precision
 the two sides were computed in. A role (previous-token head, induction head, …) is claimed only when
 its score passes the threshold named here, so a sentence on screen follows from a computed verdict.
+A score is "above random" only past ``above_random_bar``, which rises with the number of scores tested.
 """
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import torch
 from torch import nn
 
 __all__ = ["TOLERANCE", "Check", "compare", "tolerance_for", "model_tolerance", "PREV_TOKEN_MIN", "INDUCTION_MIN",
-           "ABLATION_DROP_MIN", "RANDOM_QUANTILE", "BIGRAM_KL_SHARE", "UNK_SHARE_MAX", "RANK_ZERO", "SEPARATE_MAX", "OVERLAP_SIGMAS",
-           "LOSS_TIE"]
+           "ABLATION_DROP_MIN", "FAMILY_ALPHA", "above_random_bar", "BIGRAM_KL_SHARE", "UNK_SHARE_MAX", "RANK_ZERO",
+           "SEPARATE_MAX", "OVERLAP_SIGMAS", "LOSS_TIE"]
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # tol in |a − b| ≤ tol · max(1, |reference|)
 
 PREV_TOKEN_MIN = 0.5      # a previous-token head puts at least half its attention on the previous position
 INDUCTION_MIN = 0.5       # an induction head puts at least half on the token after the earlier copy
 ABLATION_DROP_MIN = 0.5   # ablating a head "breaks" a score when the score falls by at least half
-RANDOM_QUANTILE = 0.95    # two heads compose "above random" past this quantile of random factors' scores
+FAMILY_ALPHA = 0.05       # a random model passes any of the "above random" tests made at once with at most this chance
 BIGRAM_KL_SHARE = 0.1     # a zero-layer model "has learned the bigrams" when KL ≤ this share of the corpus's entropy
 UNK_SHARE_MAX = 0.2       # more than this share of <unk> tokens in a prompt gets a warning
 RANK_ZERO = 1e-10         # in float64, a singular value below this times σ₁ counts as zero
@@ -56,3 +58,16 @@ def tolerance_for(dtype: torch.dtype) -> float:
 def model_tolerance(model: nn.Module) -> float:
     """The tolerance of identities computed in the model's own precision."""
     return tolerance_for(next(model.parameters()).dtype)
+
+
+def above_random_bar(mean: float, sd: float, tests: int) -> float:
+    """The score one of ``tests`` scores tested at once must pass to be "above random": mean + z·sd of random heads'
+    scores, z = Φ⁻¹(1 − FAMILY_ALPHA / tests) (Bonferroni, normal approximation).
+
+    One test (the K-composition of the one circuit pair) gets the one-sided 95 % bar, z = 1.64. Picking the best
+    of N scores and holding it to that bar would flag random models: among 16 random pairs, one passes a 95 %
+    bar more often than not. So the bar rises with N: z = 2.24 for 4 tests, 2.73 for 16, 3.47 for 192.
+    """
+    if tests < 1:
+        raise ValueError(f"tests={tests}: a bar is for one test or more")
+    return mean + NormalDist().inv_cdf(1 - FAMILY_ALPHA / tests) * sd

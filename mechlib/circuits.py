@@ -4,6 +4,7 @@ Every matrix here has rank ≤ d_head and is kept as a ``FactoredMatrix``: a voc
 is never formed unless a page asks for a few of its rows.
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -12,7 +13,7 @@ import torch
 from torch import Tensor
 
 from mechlib import residual
-from mechlib.checks import BIGRAM_KL_SHARE, RANDOM_QUANTILE, Check, compare, model_tolerance
+from mechlib.checks import BIGRAM_KL_SHARE, Check, above_random_bar, compare, model_tolerance
 from mechlib.data import bigram_distribution, builtin_text, token_labels
 from mechlib.device import require_budget
 from mechlib.factored import FactoredMatrix
@@ -20,9 +21,9 @@ from mechlib.model import Cache, Transformer
 
 __all__ = ["bigram_kl", "corpus_bigrams", "frequent_tokens", "ZeroLayer", "zero_layer", "OneLayer", "one_layer",
            "qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_score_reference", "composition_scores",
-           "composition_mb", "composition_ceiling", "random_baseline", "random_composition", "empirical_baseline", "head_label",
-           "VirtualHead", "Composition", "composition", "copying_scores", "ov_eigenvalues", "path_expansion",
-           "skip_trigrams", "virtual_ov"]
+           "composition_mb", "composition_ceiling", "random_baseline", "Chance", "random_composition", "random_copying",
+           "head_label", "VirtualHead", "Composition", "composition", "copying_score", "copying_scores", "ov_eigenvalues",
+           "path_expansion", "skip_trigrams", "virtual_ov"]
 
 MODES = ("Q", "K", "V")
 TABLE_TOKENS = 20     # tokens on a token × token table
@@ -289,22 +290,63 @@ def random_baseline(d_model: int) -> float:
     return d_model**-0.5
 
 
+@dataclass(frozen=True)
+class Chance:
+    """A score's distribution over random heads of one model's sizes: its mean and standard deviation, and from
+    them the bar a score must pass to be "above random" (``checks.above_random_bar``)."""
+
+    mean: float
+    sd: float
+
+    def bar(self, tests: int) -> float:
+        """What each of ``tests`` scores tested at once must pass to be "above random": mean + z·sd, Bonferroni."""
+        return above_random_bar(self.mean, self.sd, tests)
+
+
+RANDOM_SAMPLES = 200  # random heads drawn per chance distribution …
+EIGEN_WORK = 2**24    # … or, for wide heads, about this many r³ steps of eigenvalue work, but never fewer than 20
+
+
+@functools.lru_cache(maxsize=32)
 @torch.inference_mode()
-def random_composition(d_model: int, d_head: int, samples: int = 200, seed: int = 0) -> tuple[float, float]:
-    """(mean, RANDOM_QUANTILE quantile) of the composition scores of random Gaussian factors of these sizes.
-    The mean is the empirical baseline; a pair composes "above random" only past the quantile, which random
-    heads exceed in 1 − RANDOM_QUANTILE of cases (past the mean, half of them would)."""
+def random_composition(d_model: int, d_head: int, samples: int = RANDOM_SAMPLES, seed: int = 0) -> Chance:
+    """Composition scores of random Gaussian factors of these sizes, seeded (and cached per size). The mean is the
+    empirical baseline, about 1/√d_model; half of random pairs score above it, so "above random" is ``bar``."""
     g = torch.Generator().manual_seed(seed)
     factors = [torch.randn(samples, *shape, generator=g, dtype=torch.float64)
                for shape in ((d_model, d_head), (d_head, d_model), (d_model, d_head), (d_head, d_model))]
     A, B = FactoredMatrix(factors[0], factors[1]), FactoredMatrix(factors[2], factors[3])
     scores = (A @ B).norm() / (A.norm() * B.norm())                           # [samples]
-    return float(scores.mean()), float(scores.quantile(RANDOM_QUANTILE))
+    return Chance(float(scores.mean()), float(scores.std()))
 
 
-def empirical_baseline(d_model: int, d_head: int, samples: int = 200, seed: int = 0) -> float:
-    """The mean composition score of random Gaussian factors of the model's sizes."""
-    return random_composition(d_model, d_head, samples, seed)[0]
+def _gaussian_r(rows: int, cols: int, samples: int, rng: np.random.Generator) -> Tensor:
+    """[samples, min(rows, cols), cols]: R of the QR factorisation of a rows × cols standard Gaussian matrix, drawn
+    without forming the matrix (Bartlett): √χ²(rows − i) on the diagonal, N(0, 1) above it, 0 below."""
+    k = min(rows, cols)
+    R = np.triu(rng.standard_normal((samples, k, cols)), 1)
+    R[:, range(k), range(k)] = np.sqrt(rng.chisquare(rows - np.arange(k), (samples, k)))
+    return torch.from_numpy(R)
+
+
+@functools.lru_cache(maxsize=32)
+@torch.inference_mode()
+def random_copying(d_vocab: int, d_model: int, d_head: int, seed: int = 0) -> Chance:
+    """Copying scores of the heads of random models of these sizes (every weight Gaussian), seeded and cached per size.
+
+    The nonzero eigenvalues of W_E W_OV W_U are those of W_O W_U W_E W_V [d_head d_head]. With W_Oᵀ = Q_O R_O and
+    W_V = Q_V R_V, the middle Q_Oᵀ W_U and W_E Q_V are independent Gaussian, and their product is G R_Y (G
+    Gaussian, R_Y the R of a d_vocab × r Gaussian): the eigenvalues are those of the r × r matrix G R_Y R_V R_Oᵀ,
+    r = min(d_model, d_head), drawn without any vocabulary-sized matrix. With d_head = 1 a random head scores ±1.
+    """
+    r = min(d_model, d_head)
+    samples = min(RANDOM_SAMPLES, max(20, EIGEN_WORK // r**3))
+    rng = np.random.default_rng(seed)
+    R_O, R_V = _gaussian_r(d_model, d_head, samples, rng), _gaussian_r(d_model, d_head, samples, rng)  # [samples r d_head]
+    R_Y = _gaussian_r(d_vocab, r, samples, rng)                                  # [samples min(d_vocab, r) r]
+    G = torch.from_numpy(rng.standard_normal((samples, r, R_Y.shape[1])))       # [samples r min(d_vocab, r)]
+    scores = copying_score(torch.linalg.eigvals(G @ R_Y @ R_V @ R_O.transpose(-1, -2)))  # [samples]
+    return Chance(float(scores.mean()), float(scores.std()))
 
 
 @dataclass(frozen=True)
@@ -315,7 +357,7 @@ class VirtualHead:
     reader: str
     v_composition: float
     norm: float          # ‖W_OV^writer W_OV^reader‖_F
-    above_random: bool   # v_composition > the RANDOM_QUANTILE quantile of random factors' scores
+    above_random: bool   # v_composition > Composition.bar
 
 
 @dataclass(frozen=True)
@@ -326,8 +368,9 @@ class Composition:
     readers: list[str]               # heads of layers 1 … L−1
     scores: dict[str, np.ndarray]    # mode -> [writer reader]; NaN where the writer is not in an earlier layer
     random: float                    # 1/√d_model
-    empirical: float                 # mean score of random factors of the model's sizes
-    threshold: float                 # their RANDOM_QUANTILE quantile: "above random" means above this
+    chance: Chance                   # scores of random factors of the model's sizes
+    tested: int                      # V-composition pairs the virtual heads are picked from
+    bar: float                       # chance.bar(tested): a virtual head is "above random" past this
     strongest: list[tuple[str, str, str, float]]  # (mode, writer, reader, score), the STRONGEST highest
     virtual: list[VirtualHead]       # the VIRTUAL_HEADS pairs with the highest V-composition
 
@@ -348,15 +391,16 @@ def composition(model: Transformer) -> Composition:
     earlier = np.arange(L - 1).repeat(H)[:, None] < np.arange(1, L).repeat(H)[None, :]  # [writer reader]
     scores = {mode: np.where(earlier, composition_scores(model, mode)[:-1, :, 1:].reshape((L - 1) * H, (L - 1) * H)
                              .double().cpu().numpy(), np.nan) for mode in MODES}
-    empirical, threshold = random_composition(cfg.d_model, cfg.d_head)
+    chance, tested = random_composition(cfg.d_model, cfg.d_head), int(earlier.sum())
+    bar = chance.bar(tested)                  # the top pairs are picked from all of them: a family-wise bar
     pairs = [(float(scores[m][a, b]), m, a, b) for m in MODES for a, b in zip(*earlier.nonzero())]
     strongest = [(m, writers[a], readers[b], score) for score, m, a, b in sorted(pairs, reverse=True)[:STRONGEST]]
     virtual = []
     for score, _, a, b in sorted((p for p in pairs if p[1] == "V"), reverse=True)[:VIRTUAL_HEADS]:
         writer, reader = divmod(int(a), H), divmod(int(b) + H, H)              # readers start at layer 1
         norm = float(virtual_ov(model, writer, reader).norm())
-        virtual.append(VirtualHead(writers[a], readers[b], score, norm, score > threshold))
-    return Composition(writers, readers, scores, random_baseline(cfg.d_model), empirical, threshold, strongest, virtual)
+        virtual.append(VirtualHead(writers[a], readers[b], score, norm, score > bar))
+    return Composition(writers, readers, scores, random_baseline(cfg.d_model), chance, tested, bar, strongest, virtual)
 
 
 @torch.inference_mode()
@@ -366,15 +410,17 @@ def ov_eigenvalues(model: Transformer, layer: int, head: int) -> Tensor:
     return FactoredMatrix(circuit.A.double(), circuit.B.double()).eigenvalues()
 
 
+def copying_score(eigenvalues: Tensor) -> Tensor:
+    """Σ Re λ / Σ |λ| over an OV circuit's eigenvalues [..., k] -> [...]: 1 for a pure copier, −1 for its opposite,
+    0 for a head that moves nothing."""
+    return eigenvalues.real.sum(-1) / eigenvalues.abs().sum(-1).clamp(min=torch.finfo(eigenvalues.real.dtype).tiny)
+
+
 @torch.inference_mode()
 def copying_scores(model: Transformer) -> Tensor:
-    """Σ Re λ / Σ |λ| over the OV circuit's eigenvalues, per head [layer head]: 1 for a pure copier, −1 for its opposite."""
-    scores = torch.zeros(model.cfg.n_layers, model.cfg.n_heads, dtype=torch.float64)
-    for layer in range(model.cfg.n_layers):
-        for head in range(model.cfg.n_heads):
-            eigenvalues = ov_eigenvalues(model, layer, head)
-            scores[layer, head] = eigenvalues.real.sum() / eigenvalues.abs().sum()
-    return scores
+    """The copying score of every head's OV circuit W_E W_OV W_U, [layer head]."""
+    return torch.stack([copying_score(torch.stack([ov_eigenvalues(model, layer, head) for head in range(model.cfg.n_heads)]))
+                        for layer in range(model.cfg.n_layers)])
 
 
 @torch.inference_mode()
@@ -429,7 +475,8 @@ class OneLayer:
     trigrams: list[tuple[str, str, str, float, float]]  # (source, destination, output, QK score, OV logit)
     eigenvalues: dict[str, np.ndarray]  # head label -> [d_head] complex eigenvalues of its OV circuit, layer 0
     copying: np.ndarray       # [head] Σ Re λ / Σ |λ|, layer 0
-    copiers: int              # heads of layer 0 with a positive copying score
+    copying_bar: float        # random_copying(…).bar(n_heads): what a random head reaches, Bonferroni over the heads
+    copiers: int              # heads of layer 0 whose copying score passes copying_bar
     path_labels: list[str]    # the paths of the path expansion; empty with LayerNorm
     path_norms: np.ndarray | None  # [path] mean ‖logit contribution‖ over the prompt's positions
     path_check: Check | None  # Σ paths against the model's logits from a separate forward pass; None with LayerNorm
@@ -446,14 +493,15 @@ def one_layer(model: Transformer, head: int, ids: tuple[int, ...]) -> OneLayer:
     trigrams = [(*token_labels(tokenizer, [s, d, o]), q, v) for s, d, o, q, v in
                 skip_trigrams(model, 0, head, vocabulary[:TRIGRAM_DESTINATIONS], vocabulary,
                               per_destination=min(2, len(vocabulary)))[:TRIGRAMS]]
-    eigenvalues = {head_label(0, h): ov_eigenvalues(model, 0, h).cpu().numpy() for h in range(model.cfg.n_heads)}
-    copying = copying_scores(model)[0].numpy()
+    cfg, eigenvalues = model.cfg, torch.stack([ov_eigenvalues(model, 0, h) for h in range(model.cfg.n_heads)]).cpu()
+    copying, bar = copying_score(eigenvalues).numpy(), random_copying(cfg.d_vocab, cfg.d_model, cfg.d_head).bar(cfg.n_heads)
     labels, norms, check = [], None, None
-    if model.cfg.normalization is None:
+    if cfg.normalization is None:
         tokens = torch.tensor([ids])                                            # [batch=1 pos]
         _, cache = model.run_with_cache(tokens)
         labels, paths = path_expansion(model, cache)                            # [path batch pos d_vocab]
         check = compare(paths.sum(0), model(tokens), model_tolerance(model))
         norms = paths[:, 0].norm(dim=-1).mean(-1).double().cpu().numpy()
-    return OneLayer(token_labels(tokenizer, table), qk, ov, trigrams, eigenvalues, copying, int((copying > 0).sum()),
+    return OneLayer(token_labels(tokenizer, table), qk, ov, trigrams,
+                    {head_label(0, h): e.numpy() for h, e in enumerate(eigenvalues)}, copying, bar, int((copying > bar).sum()),
                     labels, norms, check)

@@ -12,14 +12,15 @@ import torch
 from torch import Tensor
 
 from mechlib import circuits, zoo
-from mechlib.checks import ABLATION_DROP_MIN, INDUCTION_MIN, PREV_TOKEN_MIN, RANDOM_QUANTILE
+from mechlib.checks import ABLATION_DROP_MIN, INDUCTION_MIN, PREV_TOKEN_MIN
+from mechlib.config import ModelConfig
 from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
-__all__ = ["EVAL_LENGTH", "eval_length", "repeated_sequences", "stacked_patterns", "previous_token_scores",
-           "induction_scores", "duplicate_token_scores", "second_half_loss", "loss_by_position", "mean_ablation",
-           "head_scores", "in_context_learning_score", "evaluate", "InductionCircuit", "induction_circuit", "TwoLayers",
+__all__ = ["EVAL_LENGTH", "eval_length", "MIN_LENGTH", "SIZES_NEEDED", "scorable", "repeated_sequences",
+           "stacked_patterns", "previous_token_scores", "induction_scores", "duplicate_token_scores", "second_half_loss",
+           "loss_by_position", "mean_ablation", "head_scores", "in_context_learning_score", "evaluate", "InductionCircuit", "induction_circuit", "TwoLayers",
            "two_layers", "Snapshot", "snapshot", "PhaseChange", "phase_change"]
 
 EVAL_LENGTH = 20  # scored at this segment length; training sequences avoid it
@@ -29,6 +30,25 @@ ICL_BATCH, ICL_SEED = 16, 7  # repeated sequences the in-context-learning score 
 def eval_length(n_ctx: int) -> int:
     """The segment length scores use for a context of n_ctx: 20, or what fits twice after <bos>."""
     return min(EVAL_LENGTH, (n_ctx - 1) // 2)
+
+
+MIN_LENGTH = 3  # below it the token after the earlier copy, q − L + 1, is the query itself (L = 1) or q − 1 (L = 2)
+SIZES_NEEDED = (f"induction scores need a context of {2 * MIN_LENGTH + 1} tokens or more, and at least as many "
+                f"ordinary tokens (ids 2, 3, …) as the scored segment is long (min({EVAL_LENGTH}, (n_ctx − 1) // 2))")
+
+
+def scorable(cfg: ModelConfig) -> bool:
+    """Whether induction scores can be read at these sizes (``SIZES_NEEDED``): a segment of MIN_LENGTH or more, so
+    induction differs from attending to the previous token, and drawn from at least as many ordinary tokens as it
+    is long, so most of its tokens occur once and their earlier copy is unambiguous."""
+    length = eval_length(cfg.n_ctx)
+    return length >= MIN_LENGTH and cfg.d_vocab - 2 >= length
+
+
+def _require_scorable(cfg: ModelConfig) -> None:
+    if not scorable(cfg):
+        raise ValueError(f"{SIZES_NEEDED}; this model has n_ctx = {cfg.n_ctx} (a segment of {eval_length(cfg.n_ctx)}) "
+                         f"and d_vocab = {cfg.d_vocab}")
 
 
 def repeated_sequences(d_vocab: int, length: int, batch: int, seed: int) -> Tensor:
@@ -138,8 +158,9 @@ def evaluate(model: Transformer, batch: int = 32, seed: int = 1234) -> dict[str,
 @dataclass(frozen=True)
 class InductionCircuit:
     """The induction circuit (Olsson et al. 2022) as found in a model: a previous-token head, a later induction
-    head whose keys read it (K-composition), and the ablation showing that the second needs the first. Each
-    part is claimed only past its threshold in ``mechlib.checks``; ``missing`` says which parts are not there."""
+    head whose keys read it (K-composition) and whose OV circuit copies, and the ablation showing that the second
+    needs the first. Each part is claimed only past its threshold in ``mechlib.checks``; ``missing`` says which
+    parts are not there."""
 
     previous: str            # the best previous-token head in a layer before the induction head's
     previous_score: float
@@ -148,13 +169,16 @@ class InductionCircuit:
     k_composition: float     # previous → induction (``circuits.composition_score_reference``)
     k_ceiling: float         # the most their singular values allow (``circuits.composition_ceiling``)
     baseline: float          # the mean composition score of random factors of these sizes (empirical)
-    threshold: float         # their RANDOM_QUANTILE quantile: composing "above random" means above this
+    threshold: float         # random_composition(…).bar(1): one pair tested, composing "above random" means above this
+    copying: float           # the induction head's OV copying score (``circuits.copying_score``)
+    copying_bar: float       # random_copying(…).bar(1): what a random head of these sizes reaches
     ablated_score: float     # the induction head's score with the previous-token head's output set to zero
     drop: float              # 1 − ablated_score / induction_score
     has_previous: bool       # previous_score ≥ PREV_TOKEN_MIN
     has_induction: bool      # induction_score ≥ INDUCTION_MIN
     composes: bool           # k_composition > threshold
-    depends: bool            # drop ≥ ABLATION_DROP_MIN
+    copies: bool             # copying > copying_bar
+    depends: bool            # has_induction and drop ≥ ABLATION_DROP_MIN: not tested without an induction head
     missing: list[str]       # one line per part that fails; empty when the whole circuit is found
 
     @property
@@ -175,26 +199,33 @@ def _circuit(model: Transformer, scores: dict[str, Tensor]) -> InductionCircuit:
     previous_score, induction_score = float(scores["prev_token"][previous]), float(scores["induction"][induction])
     k = circuits.composition_score_reference(model, "K", previous, induction)
     ceiling = float(circuits.composition_ceiling(model, "K")[(*previous, *induction)])
-    baseline, threshold = circuits.random_composition(cfg.d_model, cfg.d_head)
+    chance = circuits.random_composition(cfg.d_model, cfg.d_head)
+    threshold = chance.bar(1)                                # one pair tested: the plain one-sided 95 % bar
+    copying = float(circuits.copying_score(circuits.ov_eigenvalues(model, *induction)))
+    copying_bar = circuits.random_copying(cfg.d_vocab, cfg.d_model, cfg.d_head).bar(1)
     ablated = float(head_scores(model, ablate={previous: model.embed.W_E.new_zeros(cfg.d_head)})["induction"][induction])
     drop = 1 - ablated / induction_score if induction_score > 0 else 0.0
     has_previous, has_induction = previous_score >= PREV_TOKEN_MIN, induction_score >= INDUCTION_MIN
-    composes, depends = k > threshold, drop >= ABLATION_DROP_MIN
+    composes, copies, depends = k > threshold, copying > copying_bar, has_induction and drop >= ABLATION_DROP_MIN
     missing = [line for passed, line in (
         (has_previous, f"no previous-token head before layer {induction[0]}: the best, {P}, scores "
                        f"{previous_score:.2f} < {PREV_TOKEN_MIN}"),
         (has_induction, f"no induction head: the best, {I}, scores {induction_score:.2f} < {INDUCTION_MIN}"),
-        (composes, f"no K-composition: {P} → {I} scores {k:.3f}, not above random ({RANDOM_QUANTILE:.0%} of random "
-                   f"heads score up to {threshold:.3f}; their mean is {baseline:.3f})"),
+        (composes, f"no K-composition: {P} → {I} scores {k:.3f}, not above random (random heads score "
+                   f"{chance.mean:.3f} ± {chance.sd:.3f}; one pair tested, the bar is {threshold:.3f})"),
+        (copies, f"{I}'s OV circuit does not copy: its copying score {copying:.2f} is not above what a random head "
+                 f"reaches, {copying_bar:.2f}"),
         (depends, f"{I} does not depend on {P}: ablating {P} moves its induction score from {induction_score:.2f} "
-                  f"to {ablated:.2f}, a drop of {drop:.0%} < {ABLATION_DROP_MIN:.0%}")) if not passed]
-    return InductionCircuit(P, previous_score, I, induction_score, k, ceiling, baseline, threshold, ablated, drop,
-                            has_previous, has_induction, composes, depends, missing)
+                  f"to {ablated:.2f}, a drop of {drop:.0%} < {ABLATION_DROP_MIN:.0%}" if has_induction else
+                  "the ablation is not tested: no induction head found")) if not passed]
+    return InductionCircuit(P, previous_score, I, induction_score, k, ceiling, chance.mean, threshold, copying,
+                            copying_bar, ablated, drop, has_previous, has_induction, composes, copies, depends, missing)
 
 
 @torch.inference_mode()
 def induction_circuit(model: Transformer) -> InductionCircuit:
     """Find the induction circuit in ``model`` and test each of its parts."""
+    _require_scorable(model.cfg)
     return _circuit(model, head_scores(model))
 
 
@@ -218,6 +249,7 @@ class TwoLayers:
 @torch.inference_mode()
 def two_layers(model: Transformer, seed: int) -> TwoLayers:
     """Every head's pattern on a repeated sequence from ``seed``, its scores, composition, and the induction circuit."""
+    _require_scorable(model.cfg)
     scores = head_scores(model)
     heads = [circuits.head_label(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
     return TwoLayers(_example_patterns(model, seed), heads, {name: value.numpy() for name, value in scores.items()},

@@ -5,6 +5,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from mechlib import circuits
 from tests.app.helpers import open_page
 
 
@@ -33,7 +34,9 @@ def test_zero_layers_kl_against_its_stated_bound_and_token_table():
 def test_one_layer_copying_and_path_expansion_at_the_models_tolerance():
     at = page(section="one layer")
     assert not at.error and "FAIL" not in " ".join(m.value for m in at.markdown)
-    assert any("4 of 4 heads copy" in m.value for m in at.markdown)
+    (bar,) = numbers(at, r"\*\*4 of 4 heads copy\*\*: a head counts when its copying score is above what a random "
+                         r"head reaches, \*\*([\d.]+)\*\*")
+    assert bar == round(circuits.random_copying(1000, 128, 32).bar(4), 2) and 0.05 < bar < 0.2   # the shipped heads: 0.4
     difference, scaled, tolerance = numbers(at, r"max \|difference\| \*\*([-+.e\d]+)\*\*.*?scaled ([-+.e\d]+) ≤ ([-+.e\d]+)")
     assert scaled <= tolerance == 1e-5 and difference <= 1e-4                         # float32's tolerance, not a literal
     at.slider(key="c_head").set_value(3).run()
@@ -58,6 +61,9 @@ def test_two_layers_name_the_circuit_and_prove_it_by_ablation():
     assert list(virtual.columns) == ["virtual head", "V-composition", "‖W_OV^A W_OV^B‖_F", "above random?"]
     assert len(virtual) == 4 and (virtual["above random?"] == "✗ no").all()           # 0.086 at best, random 0.088
     assert any(m.value.startswith("None of these pairs V-composes above random") for m in at.markdown)
+    (bar,) = numbers(at, r"picked from 16: a pair is above random past \*\*([\d.]+)\*\*")     # Bonferroni over 16 pairs
+    assert bar == pytest.approx(0.095, abs=0.002) and virtual["V-composition"].max() < bar
+    assert re.search(r"copying score 0\.9\d against 0\.0\d for a random head — :green\[\*\*✓ copies", circuit)
 
 
 def test_gelu_2l_has_no_induction_circuit_and_the_page_says_what_is_missing():
@@ -69,6 +75,7 @@ def test_gelu_2l_has_no_induction_circuit_and_the_page_says_what_is_missing():
     verdict = next(m.value for m in at.markdown if m.value.startswith("**No induction circuit found in gelu-2l.**"))
     assert re.search(r"no previous-token head before layer 1: the best, L0H\d, scores 0\.1\d < 0\.5", verdict)
     assert "no induction head" in verdict
+    assert verdict.endswith("; the ablation is not tested: no induction head found.") and "ablating" not in verdict
     assert not any("is a previous-token head" in m.value or "Ablation proof" in m.value for m in at.markdown)
 
 
@@ -105,6 +112,27 @@ def test_a_random_model_without_tokenizer_uses_ids():
     assert not at.exception and not at.error
     assert any("no tokenizer" in i.value for i in at.info)
     assert any(m.value.startswith("**No induction circuit found in the sidebar's random model.**") for m in at.markdown)
+
+
+@pytest.mark.parametrize("vocab, ctx", [(3, 2), (1000, 6)])
+def test_a_random_model_too_small_to_score_induction_gets_the_zoo_model_and_the_reason(vocab, ctx):
+    """Two layers, but a context or vocabulary too small for repeated sequences: the section says what it needs
+    and shows attn-only-2l instead of failing."""
+    at = page(section="two layers", model="random", vocab=vocab, ctx=ctx)
+    at.radio(key="c_model_attn-only-2l").set_value("the sidebar's model").run()
+    assert not at.exception and not at.error
+    assert any("does not fit this section" in i.value and "induction scores need a context of 7 tokens or more" in i.value
+               for i in at.info)
+    assert at.subheader[0].value.endswith("(attn-only-2l)")
+
+
+def test_a_random_model_with_one_dimensional_heads_claims_no_copying():
+    """d_head 1: a random head scores ±1, so the bar lies above 1 and the page says no head can pass it."""
+    at = page(section="one layer", model="random", layers=1, d_model=16, heads=16)
+    at.radio(key="c_model_attn-only-1l").set_value("the sidebar's model").run()
+    assert not at.exception and not at.error
+    line = next(m.value for m in at.markdown if "heads copy" in m.value)
+    assert line.startswith("**0 of 16 heads copy**") and line.endswith(", so none can: a score is at most 1.")
 
 
 def test_under_the_hood_shows_the_reference_and_the_fast_path_one_click_further():

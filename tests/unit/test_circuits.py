@@ -156,7 +156,7 @@ def test_random_composition_is_about_one_over_sqrt_d_model():
     model = Transformer(ModelConfig(n_layers=2, d_model=256, n_heads=8, d_vocab=10, n_ctx=4))
     scores = circuits.composition_scores(model, "K")[0, :, 1]
     assert scores.mean() == pytest.approx(circuits.random_baseline(256), rel=0.25)
-    assert circuits.empirical_baseline(256, 32, samples=50) == pytest.approx(scores.mean().item(), rel=0.25)
+    assert circuits.random_composition(256, 32, samples=50).mean == pytest.approx(scores.mean().item(), rel=0.25)
     with pytest.raises(ValueError, match="choose 'Q', 'K' or 'V'"):
         circuits.composition_scores(model, "X")
 
@@ -191,20 +191,49 @@ def test_circuits_equal_their_dense_products():
 
 
 def copier_and_opposite() -> Transformer:
-    """One layer of two heads on one-hot embeddings: head 0 copies (token i raises token i), head 1 lowers it."""
-    model = Transformer(ModelConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=8, n_ctx=4))
+    """One layer of two heads of d_head 8 on one-hot embeddings: head 0 copies (token i raises token i), head 1 lowers it."""
+    model = Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=16, n_ctx=4))
     with torch.no_grad():
-        model.embed.W_E.copy_(torch.eye(8))
-        model.unembed.W_U.copy_(torch.eye(8))
-        model.blocks[0].attn.W_V.copy_(torch.eye(8)[:, :4].expand(2, 8, 4))
-        model.blocks[0].attn.W_O[0] = torch.eye(8)[:4]
-        model.blocks[0].attn.W_O[1] = -torch.eye(8)[:4]
+        model.embed.W_E.copy_(torch.eye(16))
+        model.unembed.W_U.copy_(torch.eye(16))
+        model.blocks[0].attn.W_V.copy_(torch.eye(16)[:, :8].expand(2, 16, 8))
+        model.blocks[0].attn.W_O[0] = torch.eye(16)[:8]
+        model.blocks[0].attn.W_O[1] = -torch.eye(16)[:8]
     return model
 
 
 def test_copying_score_is_one_for_a_copier_and_minus_one_for_its_opposite():
     scores = circuits.copying_scores(copier_and_opposite())
     assert scores[0, 0] == pytest.approx(1.0) and scores[0, 1] == pytest.approx(-1.0)
+    silent = copier_and_opposite()
+    with torch.no_grad():
+        silent.blocks[0].attn.W_O.zero_()
+    assert torch.equal(circuits.copying_scores(silent), torch.zeros(1, 2, dtype=torch.float64))  # moves nothing: 0, not NaN
+
+
+def direct_copying_scores(d_vocab: int, d_model: int, d_head: int, samples: int) -> torch.Tensor:
+    """Copying scores of heads of random models drawn in full: W_E, W_V, W_O, W_U Gaussian, eigenvalues of W_O W_U W_E W_V."""
+    g = torch.Generator().manual_seed(7)
+    W_E, W_U, W_V, W_O = (torch.randn(samples, *shape, generator=g, dtype=torch.float64) for shape in
+                          ((d_vocab, d_model), (d_model, d_vocab), (d_model, d_head), (d_head, d_model)))
+    return circuits.copying_score(torch.linalg.eigvals(W_O @ W_U @ W_E @ W_V))
+
+
+@pytest.mark.parametrize("sizes", [(50, 64, 16), (12, 8, 4), (20, 4, 6), (3, 8, 4)])  # d_head > d_model; d_vocab < d_head
+def test_random_copying_matches_random_models_drawn_in_full(sizes):
+    """``random_copying`` draws only r × r matrices (Bartlett R factors); its mean and sd agree with 3,000 heads of
+    random models drawn in full, within sampling error (the mean's standard error is sd / √200 for random_copying)."""
+    direct, chance = direct_copying_scores(*sizes, samples=3000), circuits.random_copying(*sizes)
+    assert abs(chance.mean - float(direct.mean())) <= 4 * float(direct.std()) / 200**0.5
+    assert chance.sd == pytest.approx(float(direct.std()), rel=0.15)
+    assert circuits.random_copying(*sizes) is chance                                      # cached per size
+
+
+def test_random_copying_of_one_dimensional_heads_is_plus_or_minus_one_so_no_head_can_pass():
+    """With d_head = 1 the OV circuit has one eigenvalue: a random head scores +1 or −1, half and half, and the
+    bar for even one head lies above 1."""
+    chance = circuits.random_copying(50, 16, 1)
+    assert abs(chance.mean) < 0.2 and chance.sd == pytest.approx(1.0, abs=0.01) and chance.bar(1) > 1
 
 
 @torch.inference_mode()
@@ -329,7 +358,8 @@ def test_one_layer_checks_the_path_expansion_at_the_models_own_tolerance():
     o = circuits.one_layer(model, 2, ids)
     assert o.path_check.tolerance == checks.model_tolerance(model) == 1e-5 and o.path_check.passed
     assert o.path_labels[0] == "direct: embed" and len(o.path_labels) == len(o.path_norms) == 4 + 3   # no W_pos path
-    assert o.copiers == int((o.copying > 0).sum()) and list(o.eigenvalues) == ["L0H0", "L0H1", "L0H2", "L0H3"]
+    assert o.copying_bar == circuits.random_copying(1000, 128, 32).bar(4) and o.copying.min() > o.copying_bar
+    assert o.copiers == 4 and list(o.eigenvalues) == ["L0H0", "L0H1", "L0H2", "L0H3"]
     table = circuits.frequent_tokens(model, circuits.TABLE_TOKENS)
     assert o.labels == model.tokenizer.labels(table)
     assert np.allclose(o.qk, circuits.qk_circuit(model, 0, 2).dense()[table][:, table].numpy(), rtol=1e-5, atol=1e-4)
@@ -341,8 +371,30 @@ def test_one_layer_checks_the_path_expansion_at_the_models_own_tolerance():
 
 
 def test_one_layer_counts_only_copying_heads():
-    model = copier_and_opposite()
-    assert circuits.one_layer(model, 0, (0, 2, 3)).copiers == 1
+    o = circuits.one_layer(copier_and_opposite(), 0, (0, 2, 3))
+    assert o.copiers == 1 and o.copying[0] == pytest.approx(1.0) and o.copying[0] > o.copying_bar
+    assert o.copying_bar == circuits.random_copying(16, 16, 8).bar(2) and 0.2 < o.copying_bar < 0.7
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_heads_of_a_random_model_do_not_count_as_copying(seed):
+    """Half of a random model's heads score above 0: a positive copying score is no evidence. None passes the bar."""
+    o = circuits.one_layer(Transformer(ModelConfig(n_layers=1, d_model=64, n_heads=4, d_vocab=50, n_ctx=8, seed=seed)), 0, (0, 2))
+    assert (o.copying > 0).any() and o.copiers == 0 and o.copying.max() < o.copying_bar
+
+
+def test_one_dimensional_heads_never_count_as_copying_though_half_score_one():
+    o = circuits.one_layer(Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=16, d_vocab=50, n_ctx=8)), 0, (0, 2))
+    assert np.allclose(np.abs(o.copying), 1.0) and (o.copying > 0).sum() >= 4 and o.copiers == 0 and o.copying_bar > 1
+
+
+def test_one_layer_finds_each_heads_ov_eigenvalues_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr(circuits, "ov_eigenvalues", lambda model, layer, head: calls.append(head) or
+                        circuits.FactoredMatrix.eigenvalues(circuits.ov_circuit(model, layer, head)).cdouble())
+    o = circuits.one_layer(copier_and_opposite(), 0, (0, 2, 3))
+    assert sorted(calls) == [0, 1] and list(o.eigenvalues) == ["L0H0", "L0H1"]
+    assert np.allclose(o.copying, circuits.copying_scores(copier_and_opposite())[0].numpy(), atol=1e-12)
 
 
 def test_composition_tables_cover_every_earlier_later_pair_and_only_those():
@@ -363,13 +415,14 @@ def test_composition_tables_cover_every_earlier_later_pair_and_only_those():
 
 
 def test_virtual_heads_are_flagged_above_random_only_when_they_v_compose():
-    """The shipped attn-only-2l's best V-composition (0.086) is below random factors' mean 0.088 and their 95th
-    percentile 0.092: no virtual head is claimed. A head whose values read exactly what an earlier head writes is above random."""
+    """The shipped attn-only-2l's best V-composition (0.086) is below random factors' mean 0.088 and the bar for its
+    16 pairs, 0.095: no virtual head is claimed. A head whose values read exactly what an earlier head writes is above random."""
     from mechlib import zoo
 
     shipped = circuits.composition(zoo.load("attn-only-2l"))
     assert not shipped.any_virtual_above_random and not any(v.above_random for v in shipped.virtual)
-    assert all(v.v_composition <= shipped.empirical < shipped.threshold for v in shipped.virtual)
+    assert shipped.tested == 16 and shipped.bar == shipped.chance.bar(16) == pytest.approx(0.095, abs=0.002)
+    assert all(v.v_composition <= shipped.chance.mean < shipped.bar for v in shipped.virtual)
     model = Transformer(ModelConfig(n_layers=2, d_model=8, n_heads=1, d_vocab=10, n_ctx=4))
     with torch.no_grad():
         for block in model.blocks:
@@ -386,14 +439,39 @@ def test_virtual_heads_are_flagged_above_random_only_when_they_v_compose():
     assert virtual.norm == pytest.approx(circuits.virtual_ov(model, (0, 0), (1, 0)).norm().item())
 
 
-def test_random_composition_gives_the_mean_and_the_quantile_random_heads_rarely_pass():
-    mean, threshold = circuits.random_composition(128, 32)
-    assert mean == circuits.empirical_baseline(128, 32)
-    assert mean == pytest.approx(circuits.random_baseline(128), rel=0.01)
-    # Fresh random heads of these sizes pass the bar about 5 % of the time, and the mean about half the time.
+def test_random_composition_gives_the_mean_and_a_bar_that_rises_with_the_pairs_tested():
+    """Fresh random heads pass the one-test bar about 5 % of the time; the best of 16 passes it most of the time, and
+    passes the bar for 16 tests at most about 5 % of the time (Bonferroni)."""
+    chance = circuits.random_composition(64, 16)
+    assert chance is circuits.random_composition(64, 16)                                  # cached per size
+    assert chance.mean == pytest.approx(circuits.random_baseline(64), rel=0.02) and 0 < chance.sd < 0.1 * chance.mean
+    assert chance.bar(1) == pytest.approx(chance.mean + 1.645 * chance.sd, rel=1e-4) and chance.bar(1) < chance.bar(16)
     g = torch.Generator().manual_seed(99)
-    A = FactoredMatrix(torch.randn(400, 128, 32, generator=g, dtype=torch.float64), torch.randn(400, 32, 128, generator=g, dtype=torch.float64))
-    B = FactoredMatrix(torch.randn(400, 128, 32, generator=g, dtype=torch.float64), torch.randn(400, 32, 128, generator=g, dtype=torch.float64))
-    scores = (A @ B).norm() / (A.norm() * B.norm())
-    assert 0.01 < float((scores > threshold).double().mean()) < 0.10
-    assert 0.35 < float((scores > mean).double().mean()) < 0.65
+    A, B = (FactoredMatrix(torch.randn(3200, 64, 16, generator=g, dtype=torch.float64),
+                           torch.randn(3200, 16, 64, generator=g, dtype=torch.float64)) for _ in range(2))
+    scores = (A @ B).norm() / (A.norm() * B.norm())                                       # [3200]
+    best = scores.reshape(200, 16).max(-1).values                                         # 200 families of 16 pairs
+    assert 0.03 < float((scores > chance.bar(1)).double().mean()) < 0.08
+    assert 0.35 < float((scores > chance.mean).double().mean()) < 0.65
+    assert float((best > chance.bar(1)).double().mean()) > 0.4                           # the old per-pair bar
+    assert float((best > chance.bar(16)).double().mean()) < 0.09
+    with pytest.raises(ValueError, match="one test or more"):
+        chance.bar(0)
+
+
+@pytest.mark.parametrize("seed", [1, 4, 5, 6])
+def test_a_random_model_has_no_virtual_head_above_random_and_a_planted_pair_is_flagged(seed):
+    """3 layers of 8 heads: 192 V-composition pairs. The best of them passes the one-pair 95 % bar on these random
+    models, but not the bar for 192 pairs. Plant one pair whose reader's values read what its writer writes: only it is flagged."""
+    model = Transformer(ModelConfig(n_layers=3, d_model=64, n_heads=8, d_vocab=20, n_ctx=8, seed=seed))
+    comp = circuits.composition(model)
+    assert comp.tested == 192 and comp.bar == comp.chance.bar(192)
+    assert comp.virtual[0].v_composition > comp.chance.bar(1)                            # flagged by a per-pair bar
+    assert not comp.any_virtual_above_random and not any(v.above_random for v in comp.virtual)
+    writer, reader = model.blocks[0].attn, model.blocks[2].attn
+    with torch.no_grad():
+        reader.W_V[5] = writer.W_O[3].T                                                   # L2H5's values read L0H3's output
+    planted = circuits.composition(model)
+    assert planted.virtual[0].writer == "L0H3" and planted.virtual[0].reader == "L2H5"
+    assert planted.virtual[0].above_random and planted.virtual[0].v_composition > planted.bar + 10 * planted.chance.sd
+    assert [v.above_random for v in planted.virtual[1:]] == [False] * 3

@@ -82,11 +82,14 @@ def test_in_context_learning_score_is_negative_with_an_induction_head():
     assert induction.in_context_learning_score(model, tokens) < -1.0  # nats: the second repeat is predicted
 
 
-def hand_built_circuit(n_layers: int = 2, previous: int = 0, later: int = 1, by_position: bool = False):
+def hand_built_circuit(n_layers: int = 2, previous: int = 0, later: int = 1, by_position: bool = False,
+                       copies: bool = True):
     """A float64 shortformer model with one head per layer, zero elsewhere. Layer ``previous``: a previous-token
     head copying the previous token into its own subspace. Layer ``later``: an induction head whose keys read that
     subspace and whose queries read the current token; or, ``by_position``, a head that attends to q − L + 1 by
-    position alone, which scores as an induction head at the scored length L but reads nothing the first wrote."""
+    position alone, which scores as an induction head at the scored length L but reads nothing the first wrote.
+    The later head's OV circuit copies the token it attends to (W_U reads the token subspace), or, without
+    ``copies``, lowers it."""
     from mechlib.config import ModelConfig
     from mechlib.model import Transformer
 
@@ -113,7 +116,8 @@ def hand_built_circuit(n_layers: int = 2, previous: int = 0, later: int = 1, by_
             b.W_Q[0, tok, :V] = big * torch.eye(V)                # query: my current token
             b.W_K[0, prev, :V] = torch.eye(V)                     # key: my previous token
         b.W_V[0, tok, :V] = torch.eye(V)
-        b.W_O[0, :V, tok] = torch.eye(V)
+        b.W_O[0, :V, tok] = torch.eye(V) if copies else -torch.eye(V)
+        model.unembed.W_U[tok, :] = torch.eye(V)
     return model
 
 
@@ -128,22 +132,42 @@ def test_the_hand_built_circuit_is_found_in_whichever_layers_it_sits(n_layers, p
     assert circuit.has_induction and circuit.induction_score > 0.99
     # two aligned identities of rank V = 12 compose at 1/√12, their ceiling, far above random factors
     assert circuit.composes and circuit.k_composition == pytest.approx(12**-0.5) == pytest.approx(circuit.k_ceiling)
-    assert (circuit.baseline, circuit.threshold) == circuits.random_composition(40, 16)
+    chance = circuits.random_composition(40, 16)
+    assert circuit.baseline == chance.mean and circuit.threshold == chance.bar(1)           # one pair tested
     assert circuit.baseline < circuit.threshold < 0.2
+    assert circuit.copies and circuit.copying == pytest.approx(1.0)
+    assert circuit.copying_bar == circuits.random_copying(12, 40, 16).bar(1) and 0.1 < circuit.copying_bar < 0.9
     assert circuit.depends and circuit.ablated_score < 0.2 and circuit.drop == pytest.approx(1 - circuit.ablated_score / circuit.induction_score)
 
 
 def test_a_positional_copy_of_an_induction_head_is_not_an_induction_circuit():
     """Attending to q − L + 1 by position scores as induction at the scored length, but its keys read nothing the
     previous-token head wrote: no K-composition, and ablating the previous-token head changes nothing."""
+    from mechlib import circuits
+
     circuit = induction.induction_circuit(hand_built_circuit(by_position=True))
-    assert circuit.has_previous and circuit.has_induction
+    assert circuit.has_previous and circuit.has_induction and circuit.copies
     assert not circuit.composes and circuit.k_composition == 0.0
     assert not circuit.depends and abs(circuit.drop) < 1e-9
     assert not circuit.found and len(circuit.missing) == 2
-    assert circuit.missing[0] == (f"no K-composition: L0H0 → L1H0 scores 0.000, not above random (95% of random heads "
-                                  f"score up to {circuit.threshold:.3f}; their mean is {circuit.baseline:.3f})")
+    chance = circuits.random_composition(40, 16)
+    assert circuit.missing[0] == (f"no K-composition: L0H0 → L1H0 scores 0.000, not above random (random heads score "
+                                  f"{chance.mean:.3f} ± {chance.sd:.3f}; one pair tested, the bar is {circuit.threshold:.3f})")
+    # an induction head is there, so the ablation is tested, and fails
     assert circuit.missing[1].startswith("L1H0 does not depend on L0H0: ablating L0H0 moves its induction score")
+
+
+def test_an_induction_head_whose_ov_circuit_does_not_copy_is_not_an_induction_circuit():
+    """The same attention, but the later head's OV circuit lowers the token it finds: every other part passes, and
+    the missing part says so."""
+    from mechlib import circuits
+
+    circuit = induction.induction_circuit(hand_built_circuit(copies=False))
+    assert circuit.has_previous and circuit.has_induction and circuit.composes and circuit.depends
+    assert not circuit.copies and circuit.copying == pytest.approx(-1.0) and not circuit.found
+    bar = circuits.random_copying(12, 40, 16).bar(1)
+    assert circuit.missing == [f"L1H0's OV circuit does not copy: its copying score -1.00 is not above what a random "
+                               f"head reaches, {bar:.2f}"]
 
 
 def test_the_shipped_models_circuit_is_found_in_attn_only_2l_and_not_in_gelu_2l():
@@ -160,6 +184,9 @@ def test_the_shipped_models_circuit_is_found_in_attn_only_2l_and_not_in_gelu_2l(
                                   f"{missing.previous_score:.2f} < 0.5")
     assert missing.previous_score < 0.2 and missing.missing[1].startswith("no induction head: the best, L1H")
     assert missing.baseline < missing.k_composition <= missing.threshold and not missing.composes
+    # with no induction head the ablation means nothing: it is not tested, rather than reported as a drop
+    assert missing.missing[-1] == "the ablation is not tested: no induction head found"
+    assert not any("ablating" in line for line in missing.missing)
     with pytest.raises(ValueError, match="two layers or more"):
         induction.induction_circuit(zoo.load("attn-only-1l"))
 
@@ -174,7 +201,43 @@ def test_two_layers_puts_the_composition_and_the_circuit_side_by_side():
     writer, reader = t.composition.writers.index(t.circuit.previous), t.composition.readers.index(t.circuit.induction)
     assert t.composition.scores["K"][writer, reader] == pytest.approx(t.circuit.k_composition, abs=1e-6)
     assert t.scores["induction"][1, 1] == pytest.approx(t.circuit.induction_score)
-    assert (t.composition.empirical, t.composition.threshold) == (t.circuit.baseline, t.circuit.threshold)
+    assert t.composition.chance.mean == t.circuit.baseline and t.composition.chance.bar(1) == t.circuit.threshold
+    assert t.circuit.copies and t.circuit.copying > 0.9 > 0.1 > t.circuit.copying_bar         # L1H1 copies
+
+
+@pytest.mark.parametrize("n_ctx, d_vocab", [(2, 3), (6, 1000), (64, 21), (64, 2)])
+def test_sizes_too_small_to_score_induction_are_refused_with_what_is_needed(n_ctx, d_vocab):
+    """A segment shorter than 3 puts the induction target on the query or the previous token; fewer ordinary tokens
+    than the segment is long leaves few tokens with one earlier copy (none at d_vocab 3: the old crash)."""
+    from mechlib.config import ModelConfig
+    from mechlib.model import Transformer
+
+    model = Transformer(ModelConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=d_vocab, n_ctx=n_ctx))
+    assert not induction.scorable(model.cfg)
+    for experiment in (lambda m: induction.two_layers(m, 0), induction.induction_circuit):
+        with pytest.raises(ValueError, match=rf"need a context of 7 tokens or more.*n_ctx = {n_ctx} .*d_vocab = {d_vocab}"):
+            experiment(model)
+
+
+@pytest.mark.parametrize("n_ctx, d_vocab", [(7, 5), (16, 9), (64, 22)])
+def test_the_smallest_scorable_sizes_are_scored(n_ctx, d_vocab):
+    from mechlib.config import ModelConfig
+    from mechlib.model import Transformer
+
+    cfg = ModelConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=d_vocab, n_ctx=n_ctx)
+    assert induction.scorable(cfg) and d_vocab - 2 == induction.eval_length(n_ctx) >= induction.MIN_LENGTH
+    assert not induction.scorable(ModelConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=d_vocab - 1, n_ctx=n_ctx))
+    t = induction.two_layers(Transformer(cfg), 0)
+    assert t.patterns.shape[-1] == 1 + 2 * induction.eval_length(n_ctx) and t.circuit.missing
+
+
+def test_every_scorable_size_has_second_repeat_tokens_to_score():
+    """At the fewest tokens allowed, for every context length, the scoring data has queries with one earlier copy."""
+    for n_ctx in range(7, 2 * induction.EVAL_LENGTH + 8):
+        length = induction.eval_length(n_ctx)
+        tokens = induction.repeated_sequences(length + 2, length, 32, 1234)          # head_scores' data
+        uniform = torch.ones(1, 32, 1, tokens.shape[1], tokens.shape[1])
+        assert induction.induction_scores(uniform, tokens, length).shape == (1, 1)
 
 
 def test_the_phase_change_is_read_from_the_shipped_checkpoints():

@@ -42,7 +42,17 @@ def to_bytes(model: Transformer | LSTM) -> bytes:
     metadata = {"format": FORMAT, "architecture": architecture, "config": model.cfg.to_json()}
     if getattr(model, "tokenizer", None) is not None:
         metadata["tokenizer"] = model.tokenizer.to_json()
-    return st_save(tensors, metadata=metadata)
+    return _sorted_header(st_save(tensors, metadata=metadata))
+
+
+def _sorted_header(data: bytes) -> bytes:
+    """The same file with its JSON header's keys in sorted order: safetensors writes them in a random order, so
+    the same weights gave different bytes. The data offsets do not depend on that order, and the header keeps its
+    length (compact JSON, padded with spaces as before)."""
+    length = int.from_bytes(data[:8], "little")
+    header = json.dumps(json.loads(data[8 : 8 + length]), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert len(header) <= length, "a sorted header came out longer than safetensors' own"
+    return data[:8] + header.ljust(length) + data[8 + length :]
 
 
 def save(model: Transformer | LSTM, path: str | Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save as st_save
 
-from mechlib import io
+from mechlib import io, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
 
@@ -137,3 +137,12 @@ def test_a_checkpoint_whose_header_length_reads_like_pickle_magic_still_loads():
         pytest.fail("no header length of 0x0380 found")
     loaded = io.load(data)
     assert torch.equal(loaded.embed.W_E, model.embed.W_E) and loaded.tokenizer.vocab == model.tokenizer.vocab
+
+
+def test_the_same_model_gives_the_same_bytes_every_time():
+    """safetensors writes its header's keys in a random order; to_bytes sorts them, so a rebuild that gives the
+    same weights gives the same file (the zoo's `python -m mechlib.train NAME` is checked that way)."""
+    model = zoo.load("attn-only-0l")  # with a word tokenizer in the metadata
+    first = io.to_bytes(model)
+    assert all(io.to_bytes(model) == first for _ in range(5))
+    assert io.load(first).tokenizer.to_json() == model.tokenizer.to_json()

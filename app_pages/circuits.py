@@ -56,12 +56,21 @@ if chosen == "zero layers":
     st.caption(f"Positions: {model.cfg.positional}. Shortformer positions enter only queries and keys, never the "
                "residual stream, so the logits of a zero-layer model are W_E W_U + b_U exactly, at every position.")
     z = section(circuits.zero_layer, key, model)
-    finding = (f"the model has learned the bigram statistics, as far as its d_model = {model.cfg.d_model} allows"
-               if z.learned else "the model has not learned the bigram statistics")
-    st.markdown(f"KL(corpus bigrams ‖ model) = **{z.kl:.3f} nats**, against a bound of **{z.bound:.3f} nats** "
-                f"({checks.BIGRAM_KL_SHARE} × the corpus's own conditional bigram entropy, **{z.entropy:.3f} nats**) — "
-                f"{verdict(z.learned, 'learned', 'not learned')}: {finding}. "
-                f"Tables show the {circuits.TABLE_TOKENS} most frequent tokens.")
+    c, d = z.ceiling, model.cfg.d_model
+    cols = st.columns(4)
+    for col, (what, value, helps) in zip(cols, [
+            ("KL(corpus ‖ this model)", c.model_kl, "the model's W_E W_U + b_U against the corpus's bigrams"),
+            (f"KL of the best rank-{d} fit", c.best_fit_kl, f"softmax(W_E W_U + b_U) fitted full-batch to the corpus's "
+             f"bigrams at width {d}: the least a model of this width can reach"),
+            ("KL of the unigram baseline", c.unigram_kl, "predicting p(next) whatever the current token"),
+            ("bigram entropy H(next | current)", c.entropy, "the corpus's own loss: no model of the current token does better")]):
+        col.metric(what, f"{value:.2g} nats" if value < 0.01 else f"{value:.3f} nats", help=helps)
+    learned = (f"KL **{c.model_kl:.2g} nats** against a bound of **{z.bound:.3f} nats** ({checks.BIGRAM_KL_SHARE} × "
+               f"the entropy) — {verdict(z.learned, 'learned', 'not learned')}: the model "
+               f"{'has' if z.learned else 'has not'} learned the bigram statistics")
+    best = (f"{'within' if z.at_best else 'more than'} {checks.BIGRAM_GAP_MAX} nats of the best rank-{d} fit — "
+            f"{verdict(z.at_best, 'as good as its width allows', 'short of what its width allows')}")
+    st.markdown(f"{learned}; {best}. Tables show the {circuits.TABLE_TOKENS} most frequent tokens.")
     label = dict(zip(z.ids, z.labels))
     current = st.selectbox("current token", z.ids, format_func=label.__getitem__, key="z_token", bind="query-params")
     st.dataframe(pd.DataFrame(z.next_tokens[z.ids.index(current)]).round(3), hide_index=True)

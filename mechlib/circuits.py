@@ -12,14 +12,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mechlib import residual
-from mechlib.checks import BIGRAM_KL_SHARE, Check, above_random_bar, compare, model_tolerance
+from mechlib import bigrams, residual
+from mechlib.bigrams import Ceiling
+from mechlib.checks import BIGRAM_GAP_MAX, BIGRAM_KL_SHARE, Check, above_random_bar, compare, model_tolerance
 from mechlib.data import bigram_distribution, builtin_text, token_labels
 from mechlib.device import require_budget
 from mechlib.factored import FactoredMatrix
 from mechlib.model import Cache, Transformer
 
-__all__ = ["bigram_kl", "corpus_bigrams", "frequent_tokens", "ZeroLayer", "zero_layer", "OneLayer", "one_layer",
+__all__ = ["corpus_bigrams", "frequent_tokens", "ZeroLayer", "zero_layer", "OneLayer", "one_layer",
            "qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_score_reference", "composition_scores",
            "composition_mb", "composition_ceiling", "random_baseline", "Chance", "random_composition", "random_copying",
            "head_label", "VirtualHead", "Composition", "composition", "copying_score", "copying_scores", "ov_eigenvalues",
@@ -50,37 +51,14 @@ def frequent_tokens(model: Transformer, n: int) -> list[int]:
     return [i for i in p_current.argsort(descending=True).tolist() if i >= 2][:n]
 
 
-def _zero_layer_logits(model: Transformer) -> Tensor:
-    """W_E W_U + b_U [current next]: a zero-layer shortformer model's logits, exactly (positions reach only Q and K)."""
-    cfg = model.cfg
-    if cfg.n_layers or cfg.positional != "shortformer" or cfg.normalization is not None:
-        raise ValueError("a zero-layer model's logits are W_E W_U + b_U only for a zero-layer shortformer model "
-                         "without LayerNorm")
-    return (model.embed.W_E @ model.unembed.W_U + model.unembed.b_U).double().cpu()
-
-
-@torch.inference_mode()
-def bigram_kl(model: Transformer) -> tuple[float, float]:
-    """(KL(corpus bigrams ‖ model), the corpus's conditional bigram entropy), both in nats.
-
-    For a zero-layer shortformer model the logits of a token are exactly W_E[token] W_U + b_U.
-    """
-    log_Q = _zero_layer_logits(model).log_softmax(-1)                          # [V V]
-    p_current, P = corpus_bigrams(model)                                       # [V], [V V]
-    log_P = torch.where(P > 0, P.log(), 0.0)
-    kl = (p_current[:, None] * P * (log_P - log_Q)).sum()
-    entropy = -(p_current[:, None] * P * log_P).sum()
-    return float(kl), float(entropy)
-
-
 @dataclass(frozen=True)
 class ZeroLayer:
     """A zero-layer model against the corpus: W_E W_U is the direct path, a bigram table (Elhage et al. 2021)."""
 
-    kl: float                 # KL(corpus bigrams ‖ model), nats
-    entropy: float            # the corpus's conditional bigram entropy, nats
+    ceiling: Ceiling          # the model's KL beside the best rank-d_model fit's, the unigram baseline's, the entropy
     bound: float              # BIGRAM_KL_SHARE · entropy
-    learned: bool             # kl ≤ bound: the model has learned the bigram statistics
+    learned: bool             # model KL ≤ bound: the model has learned the bigram statistics
+    at_best: bool             # model KL ≤ the best fit's + BIGRAM_GAP_MAX: as well as its width allows
     ids: list[int]            # the CHOOSABLE_TOKENS most frequent tokens, most frequent first
     labels: list[str]         # their labels
     next_tokens: list[dict[str, list]]  # per id: the TOP_NEXT likeliest next tokens under the model and the corpus
@@ -90,18 +68,20 @@ class ZeroLayer:
 
 @torch.inference_mode()
 def zero_layer(model: Transformer) -> ZeroLayer:
-    """The zero-layer model's bigram table W_E W_U + b_U against the corpus's, and whether it has learned it."""
-    kl, entropy = bigram_kl(model)
-    model_probs, (_, corpus_probs) = _zero_layer_logits(model).softmax(-1), corpus_bigrams(model)  # [V V] each
+    """The zero-layer model's bigram table W_E W_U + b_U against the corpus's, whether it has learned it, and how
+    close it is to the best its width allows (``bigrams.ceiling``)."""
+    ceiling = bigrams.ceiling(model)
+    model_probs, (_, corpus_probs) = bigrams.zero_layer_logits(model).softmax(-1), corpus_bigrams(model)  # [V V] each
     ids, tokenizer = frequent_tokens(model, CHOOSABLE_TOKENS), model.tokenizer
     table = ids[:TABLE_TOKENS]
     (p_model, by_model), (p_corpus, by_corpus) = (probs[ids].topk(TOP_NEXT) for probs in (model_probs, corpus_probs))
     next_tokens = [{"model's next token": token_labels(tokenizer, by_model[i]), "model probability": p_model[i].tolist(),
                     "corpus's next token": token_labels(tokenizer, by_corpus[i]), "corpus probability": p_corpus[i].tolist()}
                    for i in range(len(ids))]
-    bound = BIGRAM_KL_SHARE * entropy
-    return ZeroLayer(kl, entropy, bound, kl <= bound, ids, token_labels(tokenizer, ids), next_tokens,
-                     model_probs[table][:, table].numpy(), corpus_probs[table][:, table].numpy())
+    bound = BIGRAM_KL_SHARE * ceiling.entropy
+    return ZeroLayer(ceiling, bound, ceiling.model_kl <= bound, ceiling.model_kl <= ceiling.best_fit_kl + BIGRAM_GAP_MAX,
+                     ids, token_labels(tokenizer, ids), next_tokens, model_probs[table][:, table].numpy(),
+                     corpus_probs[table][:, table].numpy())
 
 
 def qk_circuit(model: Transformer, layer: int, head: int) -> FactoredMatrix:

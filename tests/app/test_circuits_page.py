@@ -5,7 +5,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mechlib import circuits
+from mechlib import circuits, zoo
 from tests.app.helpers import open_page
 
 
@@ -18,12 +18,19 @@ def numbers(at: AppTest, pattern: str) -> list[float]:
     return [float(x) for match in found for x in (match if isinstance(match, tuple) else (match,))]
 
 
-def test_zero_layers_kl_against_its_stated_bound_and_token_table():
+def test_zero_layers_show_four_computed_figures_and_verdicts_from_them():
     at = page(section="zero layers")
     assert not at.error
-    kl, bound, entropy = numbers(at, r"\*\*([\d.]+) nats\*\*")
-    assert kl <= bound == pytest.approx(0.1 * entropy, abs=1e-3) and 2.5 < entropy < 3.5
-    assert any("✓ learned" in m.value and "has learned the bigram statistics" in m.value for m in at.markdown)
+    z = circuits.zero_layer(zoo.load("attn-only-0l"))
+    shown = [m.value for m in at.metric]
+    assert len(shown) == 4 and all(v.endswith(" nats") for v in shown)
+    assert [float(v.split()[0]) for v in shown] == pytest.approx(
+        [z.ceiling.model_kl, z.ceiling.best_fit_kl, z.ceiling.unigram_kl, z.ceiling.entropy], rel=0.01)
+    kl, bound = numbers(at, r"KL \*\*([-+.e\d]+) nats\*\* against a bound of \*\*([\d.]+) nats\*\*")
+    assert kl <= 0.01 and bound == pytest.approx(0.1 * z.ceiling.entropy, abs=1e-3)
+    text = " ".join(m.value for m in at.markdown)
+    assert "✓ learned" in text and "has learned the bigram statistics" in text
+    assert "within 0.01 nats of the best rank-128 fit" in text and "✓ as good as its width allows" in text
     assert any("shortformer" in c.value and "W_E W_U + b_U exactly" in c.value for c in at.caption)
     table = at.dataframe[0].value
     assert len(table) == 8 and table["model probability"].is_monotonic_decreasing

@@ -314,8 +314,9 @@ def test_a_hand_built_induction_circuit_scores_one_and_composes_by_k():
 
 
 def test_the_bigram_verdict_holds_for_the_trained_zero_layer_model_and_fails_for_random_weights():
-    """KL(corpus ‖ model) ≤ BIGRAM_KL_SHARE × the corpus's conditional bigram entropy: the shipped attn-only-0l
-    passes; the same architecture and tokenizer with random weights does not."""
+    """KL(corpus ‖ model) ≤ BIGRAM_KL_SHARE × the corpus's conditional bigram entropy, and within BIGRAM_GAP_MAX of
+    the best rank-d_model fit: the shipped attn-only-0l passes both; the same architecture and tokenizer with random
+    weights neither."""
     from mechlib import checks, zoo
 
     trained = zoo.load("attn-only-0l")
@@ -323,11 +324,14 @@ def test_the_bigram_verdict_holds_for_the_trained_zero_layer_model_and_fails_for
     random.tokenizer = trained.tokenizer
     learned, unlearned = circuits.zero_layer(trained), circuits.zero_layer(random)
     for z in (learned, unlearned):
-        assert z.bound == pytest.approx(checks.BIGRAM_KL_SHARE * z.entropy) and 2.5 < z.entropy < 3.5
-        assert z.learned == (z.kl <= z.bound)
-    assert learned.learned and learned.kl < learned.bound
-    assert not unlearned.learned and unlearned.kl > 1.0
-    assert unlearned.entropy == learned.entropy  # the same corpus and tokenizer
+        c = z.ceiling
+        assert z.bound == pytest.approx(checks.BIGRAM_KL_SHARE * c.entropy) and 2.5 < c.entropy < 3.5
+        assert z.learned == (c.model_kl <= z.bound)
+        assert z.at_best == (c.model_kl <= c.best_fit_kl + checks.BIGRAM_GAP_MAX)
+        assert 0 <= c.best_fit_kl < 0.01 < c.unigram_kl < c.entropy
+    assert learned.learned and learned.at_best and learned.ceiling.model_kl < 0.01
+    assert not unlearned.learned and not unlearned.at_best and unlearned.ceiling.model_kl > 1.0
+    assert unlearned.ceiling.entropy == learned.ceiling.entropy  # the same corpus and tokenizer
 
 
 def test_the_zero_layer_tables_are_the_models_and_the_corpus_bigrams():

@@ -15,7 +15,7 @@ from torch import Tensor
 
 __all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json", "token_labels", "Prompt", "prompt_ids", "random_ids",
            "builtin_text", "bigram_distribution", "validate_upload", "SOURCES", "training_lengths", "training_data", "MAX_UPLOAD_BYTES", "TextData", "RandomTokens", "WithRepeats", "Mix",
-           "Data"]
+           "Copies", "CopyingTask", "Data"]
 
 BOS, UNK = "<bos>", "<unk>"
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
@@ -243,7 +243,54 @@ class Mix:
         return torch.where(pick[:, None], a, b)
 
 
-Data = TextData | RandomTokens | WithRepeats | Mix
+@dataclass(frozen=True)
+class Copies:
+    """A batch of the copying task: the tokens, and where each sequence's segment and its copy lie."""
+
+    tokens: Tensor   # [batch pos]
+    starts: Tensor   # [batch] position of the segment's first token
+    lengths: Tensor  # [batch] segment length n: the copy fills starts + n … starts + 2n − 1
+
+    @property
+    def predictable(self) -> Tensor:
+        """[batch pos − 1] bool, aligned with ``next_token_loss``: position p is True when token p + 1 is a copied
+        token after the copy's first (p from start + n to start + 2n − 2), which the earlier copy tells."""
+        p = torch.arange(self.tokens.shape[1] - 1)                                        # [pos − 1]
+        first, last = self.starts + self.lengths, self.starts + 2 * self.lengths - 2      # [batch] each
+        return (p >= first[:, None]) & (p <= last[:, None])
+
+
+@dataclass(frozen=True)
+class CopyingTask:
+    """The copying task that forms induction heads fastest: <bos>, a random prefix, a random segment of n ids,
+    the same n ids again, random ids to the end of the context.
+
+    n varies per sequence from ``length`` / 2 to ``length`` and the prefix from 0 to what fits, so the copy's
+    distance and place both vary: no position-only rule predicts it, only finding the earlier copy (an
+    induction head). Ids are 2 … d_vocab − 1 (never <bos> or <unk>).
+    """
+
+    d_vocab: int
+    length: int  # the longest segment, T
+
+    def sample(self, generator: torch.Generator, batch: int, n_ctx: int) -> Copies:
+        if 2 * self.length + 1 > n_ctx:
+            raise DataError(f"a segment of {self.length} fits twice after <bos> only in a context of "
+                            f"{2 * self.length + 1} or more, not {n_ctx}")
+        lengths = torch.randint(self.length // 2, self.length + 1, (batch,), generator=generator)  # [batch]
+        starts = 1 + (torch.rand(batch, generator=generator) * (n_ctx - 2 * lengths)).long()       # [batch]
+        tokens = torch.randint(2, self.d_vocab, (batch, n_ctx), generator=generator)
+        tokens[:, 0] = 0
+        p = torch.arange(n_ctx)                                                                     # [pos]
+        copy = (p >= (starts + lengths)[:, None]) & (p < (starts + 2 * lengths)[:, None])           # [batch pos]
+        source = torch.where(copy, p - lengths[:, None], p)                                         # [batch pos]
+        return Copies(tokens.gather(1, source), starts, lengths)
+
+    def batch(self, generator: torch.Generator, batch: int, n_ctx: int) -> Tensor:
+        return self.sample(generator, batch, n_ctx).tokens
+
+
+Data = TextData | RandomTokens | WithRepeats | Mix | CopyingTask
 
 
 SOURCES = {"words": "built-in text, words", "chars": "built-in text, characters",

@@ -13,11 +13,14 @@ from mechlib.data import TextData, builtin_text
 __all__ = ["next_token_loss", "heldout_loss"]
 
 
-def next_token_loss(logits: Tensor, tokens: Tensor, reduction: str = "mean") -> Tensor:
+def next_token_loss(logits: Tensor, tokens: Tensor, reduction: str = "mean", mask: Tensor | None = None) -> Tensor:
     """Cross-entropy (nats) of predicting tokens[:, p + 1] from logits[:, p].
 
-    logits [batch pos d_vocab], tokens [batch pos]; "mean" gives a scalar, "none" the losses [batch pos − 1].
+    logits [batch pos d_vocab], tokens [batch pos]; "mean" gives a scalar (over the positions where
+    ``mask`` [batch pos − 1] is True, when given), "none" the losses [batch pos − 1].
     """
+    if mask is not None:
+        return next_token_loss(logits, tokens, "none")[mask.to(logits.device)].mean()
     losses = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten().to(logits.device),
                              reduction=reduction)
     return losses.view(tokens.shape[0], -1) if reduction == "none" else losses

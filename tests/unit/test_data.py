@@ -122,3 +122,47 @@ def test_random_ids_start_with_bos_avoid_unk_and_follow_the_seed():
 def test_token_labels_fall_back_to_ids_without_a_tokenizer():
     assert data.token_labels(None, [0, 7]) == ["0", "7"]
     assert data.token_labels(data.CharTokenizer.fit("ab c"), [0, 2]) == ["<bos>", data.CharTokenizer.fit("ab c").labels([2])[0]]
+
+
+def _best_fixed_offset_accuracy(tokens: torch.Tensor, mask: torch.Tensor) -> float:
+    """The best a position-only rule does on the masked positions: at each position p, predict token p + 1 as the
+    token p + 1 − d for the one distance d that is right most often at p (over the batch)."""
+    hits, count = 0, 0
+    for p in range(tokens.shape[1] - 1):
+        rows = mask[:, p]
+        if not rows.any():
+            continue
+        best = max(int((tokens[rows, p + 1] == tokens[rows, p + 1 - d]).sum()) for d in range(1, p + 2))
+        hits, count = hits + best, count + int(rows.sum())
+    return hits / count
+
+
+def test_the_copying_task_copies_a_segment_of_varied_length_from_a_varied_start():
+    task = data.CopyingTask(d_vocab=512, length=16)
+    copies = task.sample(torch.Generator().manual_seed(0), 256, 40)
+    tokens, starts, lengths = copies.tokens, copies.starts.tolist(), copies.lengths.tolist()
+    assert tokens.shape == (256, 40) and (tokens[:, 0] == 0).all() and (tokens[:, 1:] >= 2).all()
+    for row, (start, n) in enumerate(zip(starts, lengths)):
+        assert 8 <= n <= 16 and 1 <= start and start + 2 * n <= 40
+        assert torch.equal(tokens[row, start + n : start + 2 * n], tokens[row, start : start + n])
+        # the mask marks the positions whose next token is a copied one after the copy's first: p + 1 in
+        # start + n + 1 … start + 2n − 1
+        assert copies.predictable[row].nonzero().flatten().tolist() == list(range(start + n, start + 2 * n - 1))
+    assert set(lengths) == set(range(8, 17)) and len(set(starts)) > 10
+
+
+def test_no_position_only_rule_solves_the_copying_task_as_one_does_a_fixed_distance():
+    """The fixed-distance trap: when the copy is always the same distance back, one distance per position
+    predicts every copied token. The copying task varies the distance, so the best such rule fails most of the time."""
+    copies = data.CopyingTask(d_vocab=512, length=16).sample(torch.Generator().manual_seed(1), 512, 40)
+    assert _best_fixed_offset_accuracy(copies.tokens, copies.predictable) < 0.3
+    segment = torch.randint(2, 512, (512, 16), generator=torch.Generator().manual_seed(2))
+    fixed = torch.cat([torch.zeros(512, 1, dtype=torch.long), segment, segment], dim=1)   # always 16 back
+    mask = torch.zeros(512, 32, dtype=torch.bool)
+    mask[:, 17:32] = True
+    assert _best_fixed_offset_accuracy(fixed, mask) == 1.0
+
+
+def test_the_copying_task_refuses_a_context_too_short_for_two_copies():
+    with pytest.raises(DataError, match="fits twice after <bos> only in a context of 33 or more, not 32"):
+        data.CopyingTask(d_vocab=512, length=16).sample(torch.Generator(), 4, 32)

@@ -23,12 +23,12 @@ def qkv(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
 
 
 def fused_qkv(x: Tensor, Ws: tuple[Tensor, ...], bs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    """``qkv`` for several weights at once, as one matmul: x [... pos d_model] and weights [head d_model d_head]
-    -> one [... head pos d_head] per weight (heads before positions, as scaled_dot_product_attention takes them)."""
-    W = torch.cat([W.transpose(0, 1) for W in Ws], dim=1).flatten(1)            # [d_model (w head d_head)]
-    out = torch.nn.functional.linear(x, W.T, torch.cat(bs).flatten())            # [... pos (w head d_head)]
-    out = out.unflatten(-1, (len(Ws), Ws[0].shape[0], Ws[0].shape[2]))          # [... pos w head d_head]
-    return out.movedim(-4, -2).unbind(-4)                                        # w × [... head pos d_head]
+    """``qkv`` for several weights at once, as one matmul: x [batch pos d_model] and weights [head d_model d_head]
+    -> one [batch head pos d_head] per weight (heads before positions, as scaled_dot_product_attention takes them)."""
+    W = torch.cat(Ws).transpose(0, 1).reshape(x.shape[-1], -1)                 # [d_model (w head d_head)]
+    out = torch.nn.functional.linear(x, W.T, torch.cat(bs).view(-1))           # [batch pos (w head d_head)]
+    out = out.view(*x.shape[:-1], len(Ws), Ws[0].shape[0], Ws[0].shape[2])     # [batch pos w head d_head]
+    return out.permute(2, 0, 3, 1, 4).unbind(0)                                # w × [batch head pos d_head]
 
 
 def attention_scores(q: Tensor, k: Tensor) -> Tensor:

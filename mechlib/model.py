@@ -238,8 +238,9 @@ class Transformer(Shareable):
             raise ValueError(f"tokens must have shape [batch, pos] with pos ≥ 1, got {list(tokens.shape)}")
         if tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(f"{tokens.shape[1]} tokens is longer than the context of {self.cfg.n_ctx}; truncate the input")
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab):
-            raise ValueError(f"token ids must lie in [0, {self.cfg.d_vocab}), got {int(tokens.min())}…{int(tokens.max())}")
+        low, high = tokens.aminmax() if tokens.numel() else (0, 0)
+        if low < 0 or high >= self.cfg.d_vocab:
+            raise ValueError(f"token ids must lie in [0, {self.cfg.d_vocab}), got {int(low)}…{int(high)}")
         require_budget(self.cfg.estimate_mb(batch=tokens.shape[0]), f"a batch of {tokens.shape[0]} sequences")
         return tokens
 

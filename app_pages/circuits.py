@@ -8,7 +8,7 @@ import streamlit as st
 
 from mechlib import checks, circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
-from shell import current_model, section, slider, verdict
+from shell import check_line, current_model, section, slider, verdict
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
 PATH_TOKENS = 8  # random ids the path expansion reads when a model has no tokenizer
@@ -57,8 +57,7 @@ if chosen == "zero layers":
                "residual stream, so the logits of a zero-layer model are W_E W_U + b_U exactly, at every position.")
     z = section(circuits.zero_layer, key, model)
     c, d = z.ceiling, model.cfg.d_model
-    cols = st.columns(4)
-    for col, (what, value, helps) in zip(cols, [
+    for col, (what, value, helps) in zip(st.columns(4), [
             ("KL(corpus ‖ this model)", c.model_kl, "the model's W_E W_U + b_U against the corpus's bigrams"),
             (f"KL of the best rank-{d} fit", c.best_fit_kl, f"softmax(W_E W_U + b_U) fitted full-batch to the corpus's "
              f"bigrams at width {d}: the least a model of this width can reach"),
@@ -75,11 +74,9 @@ if chosen == "zero layers":
     current = st.selectbox("current token", z.ids, format_func=label.__getitem__, key="z_token", bind="query-params")
     st.dataframe(pd.DataFrame(z.next_tokens[z.ids.index(current)]).round(3), hide_index=True)
     names = z.labels[: circuits.TABLE_TOKENS]
-    left, right = st.columns(2)
-    left.plotly_chart(figures.token_heatmap(z.model_table, names, names, "The model: P(next | current)", "next token",
-                                            "current token", "probability", diverging=False))
-    right.plotly_chart(figures.token_heatmap(z.corpus_table, names, names, "The corpus: P(next | current)", "next token",
-                                             "current token", "probability", diverging=False))
+    for col, (table, whose) in zip(st.columns(2), [(z.model_table, "The model"), (z.corpus_table, "The corpus")]):
+        col.plotly_chart(figures.token_heatmap(table, names, names, f"{whose}: P(next | current)", "next token",
+                                               "current token", "probability", diverging=False))
 
 elif chosen == "one layer":
     key, model, name = section_model("attn-only-1l", lambda m: m.cfg.n_layers >= 1 and m.cfg.d_vocab > 2,
@@ -115,11 +112,11 @@ elif chosen == "one layer":
     if o.path_check is None:
         st.info("Path expansion is exact only without LayerNorm; this model has it, so the paths are not shown.")
     else:
-        c, shortformer = o.path_check, model.cfg.positional == "shortformer"
+        shortformer = model.cfg.positional == "shortformer"
         st.markdown("**Path expansion**: the logits as the direct path plus one term per head plus biases"
-                    + (" (shortformer: positions only steer attention, so no path starts at W_pos)" * shortformer)
-                    + f". Their sum against the logits of a separate forward pass: max |difference| **{c.max_abs_diff:.1e}**"
-                    f" — {verdict(c.passed)} (scaled {c.max_scaled_diff:.1e} ≤ {c.tolerance:.0e}, this model's precision).")
+                    + (" (shortformer: positions only steer attention, so no path starts at W_pos)" * shortformer) + ". "
+                    + check_line("Their sum against the logits of a separate forward pass, in the model's own precision",
+                                 o.path_check) + ".")
         st.dataframe(pd.DataFrame({"path": o.path_labels, "mean ‖logit contribution‖": o.path_norms.round(3)}),
                      hide_index=True)
 

@@ -8,21 +8,13 @@ import streamlit as st
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
 from mechlib.device import BudgetError, budget_mb
-from shell import select_slider, slider, verdict
-
+from shell import check_line, select_slider, slider
 
 
 @st.cache_data(max_entries=64, show_spinner="Computing both readings…")
 def compute(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
             dtype: str, position: int) -> equivalence.EquivalenceResult:
     return equivalence.run(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)
-
-
-def check_line(name: str, check: equivalence.Check) -> None:
-    st.metric(f"max |difference|, {name}", f"{check.max_abs_diff:.2e}",
-              help=f"Largest |concat − Σ heads| over all batch × position × d_model entries; the check passes when "
-                   f"|a − b| ≤ {check.tolerance:.0e} · max(1, |reference|) everywhere.")
-    st.caption(f"{verdict(check.passed)}: scaled max {check.max_scaled_diff:.2e} ≤ {check.tolerance:.0e} · max(1, |ref|)")
 
 
 st.title("Multi-head attention is a sum over heads")
@@ -65,18 +57,15 @@ except (ValueError, BudgetError) as error:
 
 with checks_area:
     st.subheader("Both readings on the same weights")
-    cols = st.columns(4)
-    with cols[0]:
-        check_line("float32", result.checks["float32"])
-    with cols[1]:
-        check_line("float64", result.checks["float64"])
-    with cols[2]:
-        st.metric(f"concat → W_O, {dtype}", f"{result.time_ms['concat_then_project']:.3f} ms",
-                  help="Median of 5 runs of concat_then_project(z, W_O).")
-    with cols[3]:
-        st.metric(f"per head → Σ, {dtype}", f"{result.time_ms['per_head_then_sum']:.3f} ms",
-                  help="Median of 5 runs of per_head_results(z, W_O).sum(head). It builds a B×S×H×D tensor, so it is "
-                       "usually slower: the additive reading is for understanding, not for speed.")
+    for name in sorted(result.checks):
+        st.markdown(check_line(f"Σ heads against concat → W_O in {name}, over all {batch} × {seq} × {d_model} "
+                               "entries (batch × position × d_model)", result.checks[name]))
+    left, right = st.columns(2)
+    left.metric(f"concat → W_O, {dtype}", f"{result.time_ms['concat_then_project']:.3f} ms",
+                help="Median of 5 runs of concat_then_project(z, W_O).")
+    right.metric(f"per head → Σ, {dtype}", f"{result.time_ms['per_head_then_sum']:.3f} ms",
+                 help="Median of 5 runs of per_head_results(z, W_O).sum(head). It builds a B×S×H×D tensor, so it is "
+                      "usually slower: the additive reading is for understanding, not for speed.")
 
     st.subheader("One-hot × W_E is an embedding lookup")
     st.markdown(f"one-hot ({batch} × {seq} × {d_vocab:,}) @ W_E ({d_vocab:,} × {d_model}) against W_E[tokens]: "
@@ -89,19 +78,18 @@ with checks_area:
                     f"{equivalence.LOOKUP_MAX_MACS:,.0f} per request. Only the lookup W_E[tokens] ran; "
                     "lower B, S or V to see the product checked.")
         else:
-            st.markdown(f"{name}: max |difference| = **{check.max_abs_diff:.1e}** — {verdict(check.passed)} "
-                        f"({result.lookup_mb[name]:,.1f} MB for the one-hot check)")
+            st.markdown(check_line(f"One-hot @ W_E against W_E[tokens] in {name}", check)
+                        + f" ({result.lookup_mb[name]:,.1f} MB for the one-hot check)")
 
 with wo_area:
     st.subheader("W_O is H row blocks, one per head")
     d_head = d_model // n_heads
     row = slider("a row of the concatenated W_O", 0, d_model - 1, min(d_model - 1, 70), key="row")
     head, local = equivalence.wo_row_owner(row, d_head)
-    check = result.wo_block_check
+    block = check_line("Every row of the matrix that concat → W_O multiplies (read off `concat_then_project` itself) "
+                       "against that row of the block the per-head path uses", result.wo_block_check)
     st.markdown(f"Row **{row}** belongs to head **{row} // {d_head} = {head}**, as row **{row} mod {d_head} = {local}** "
-                f"of its block W_O[{head}]. Every row of the matrix that concat → W_O multiplies (read off "
-                f"`concat_then_project` itself) against that row of the block the per-head path uses: max |difference| "
-                f"**{check.max_abs_diff:.1e}** — {verdict(check.passed, 'every row in its block', 'rows out of order')}.")
+                f"of its block W_O[{head}]. {block}.")
     st.plotly_chart(figures.wo_blocks(n_heads, d_head, d_model, row))
 
 summed = result.head_results.sum(0)
@@ -110,8 +98,8 @@ with left:
     st.plotly_chart(figures.head_norms_bar(result.head_norms, float((summed**2).sum() ** 0.5), position))
 with right:
     st.plotly_chart(figures.head_contributions_heatmap(result.head_results, summed, result.attn_out, position))
-st.markdown(f"Σ_h result_h vs the attention output at position {position} (batch item 0): max |difference| = "
-            f"**{result.position_check.max_abs_diff:.1e}** ({dtype}) — {verdict(result.position_check.passed)}")
+st.markdown(check_line(f"Σ_h result_h against the attention output at position {position} (batch item 0) in {dtype}",
+                       result.position_check))
 
 with st.expander("Under the hood"):
     st.markdown("`mechlib.attention`: the two readings the checks compare (z: `[batch, pos, head, d_head]`).")

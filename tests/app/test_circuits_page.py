@@ -1,12 +1,16 @@
 """AppTest for the Circuits page: every section, its widgets, and the numbers it checks."""
 
+import dataclasses
 import re
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from mechlib import circuits, zoo
-from tests.app.helpers import open_page
+from mechlib.checks import Check
+from tests.app.helpers import open_page, shown_checks
+
+REAL_ONE_LAYER = circuits.one_layer
 
 
 def page(**state) -> AppTest:
@@ -44,12 +48,31 @@ def test_one_layer_copying_and_path_expansion_at_the_models_tolerance():
     (bar,) = numbers(at, r"\*\*4 of 4 heads copy\*\*: a head counts when its copying score is above what a random "
                          r"head reaches, \*\*([\d.]+)\*\*")
     assert bar == round(circuits.random_copying(1000, 128, 32).bar(4), 2) and 0.05 < bar < 0.2   # the shipped heads: 0.4
-    difference, scaled, tolerance = numbers(at, r"max \|difference\| \*\*([-+.e\d]+)\*\*.*?scaled ([-+.e\d]+) ≤ ([-+.e\d]+)")
-    assert scaled <= tolerance == 1e-5 and difference <= 1e-4                         # float32's tolerance, not a literal
+    ((difference, scaled, tolerance, passed),) = shown_checks(at)                    # the path expansion, the only one
+    assert passed and scaled <= tolerance == 1e-5 and difference <= 1e-4              # float32's tolerance, not a literal
+    assert any(m.value.startswith("**Path expansion**") and "forward pass, in the model's own precision: max" in m.value
+               for m in at.markdown)
     at.slider(key="c_head").set_value(3).run()
     assert not at.exception and len(at.dataframe[0].value) == 15
     at.text_input(key="c_prompt").set_value("return the value").run()
-    assert not at.exception and numbers(at, r"max \|difference\| \*\*([-+.e\d]+)\*\*")[0] <= 1e-4
+    assert not at.exception
+    ((difference, _, _, passed),) = shown_checks(at)
+    assert passed and difference <= 1e-4
+
+
+def one_layer_with_a_wrong_path_sum(model, head, ids) -> circuits.OneLayer:
+    """The real reading, but the paths' sum misses the logits by 0.5."""
+    return dataclasses.replace(REAL_ONE_LAYER(model, head, ids), path_check=Check(0.5, 0.5, 1e-5))
+
+
+def test_a_failing_path_expansion_is_shown_red(monkeypatch):
+    monkeypatch.setattr(circuits, "one_layer", one_layer_with_a_wrong_path_sum)
+    at = page(section="one layer")
+    assert not at.exception and not at.error
+    assert shown_checks(at) == [(0.5, 0.5, 1e-5, False)]
+    line = next(m.value for m in at.markdown if m.value.startswith("**Path expansion**"))
+    assert line.endswith("max |difference| **5.0e-01**, scaled **5.0e-01** against a tolerance of **1e-05** · "
+                         "max(1, |reference|) — :red[**✗ FAIL**].")
 
 
 def test_two_layers_name_the_circuit_and_prove_it_by_ablation():

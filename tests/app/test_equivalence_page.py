@@ -1,13 +1,17 @@
 """AppTest for app.py and the Equivalence page: every widget moved, the checks read off the page."""
 
-import re
+import dataclasses
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app.helpers import open_page
+from mechlib import equivalence
+from mechlib.checks import Check
+from tests.app.helpers import open_page, shown_checks
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
+REAL_RUN = equivalence.run
 
 
 @pytest.fixture
@@ -15,24 +19,17 @@ def app() -> AppTest:
     return open_page("app_pages/equivalence.py")
 
 
-def shown_differences(at: AppTest) -> dict[str, float]:
-    """The max |difference| metrics the page shows, by precision."""
-    found = {}
-    for metric in at.metric:
-        match = re.fullmatch(r"max \|difference\|, (float32|float64)", metric.label)
-        if match:
-            found[match.group(1)] = float(metric.value)
-    return found
-
-
-def assert_checks_pass(at: AppTest) -> None:
+def assert_checks_pass(at: AppTest, one_hot: int = 2) -> None:
+    """Every check line passes: the two readings (float32, then float64) with their own tolerances, ``one_hot``
+    embedding lookups, the W_O row blocks and the chosen position, in the dtype of the run."""
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    differences = shown_differences(at)
-    assert set(differences) == {"float32", "float64"}
-    for dtype, value in differences.items():
-        assert value <= TOLERANCE[dtype] * 100, (dtype, value)  # |ref| here stays below 100
-    assert not any("FAIL" in c.value for c in at.caption)
+    shown = shown_checks(at)
+    assert len(shown) == 2 + one_hot + 2, shown
+    for (difference, _, tolerance, _), dtype in zip(shown, TOLERANCE):
+        assert tolerance == TOLERANCE[dtype] and difference <= tolerance * 100, (dtype, difference)  # |ref| < 100 here
+    for difference, scaled, tolerance, passed in shown:
+        assert passed and scaled <= tolerance and scaled <= difference  # scaled by max(1, |reference|) ≥ 1
     assert not any("FAIL" in m.value for m in at.markdown)
 
 
@@ -45,10 +42,10 @@ def test_defaults_are_the_seed_sizes(app):
     assert table.loc["8b", "shape"] == "1 × 20 × 8 × 512"
     # The row-block check compares the matrix concat_then_project multiplies with the per-head blocks.
     block = next(m.value for m in app.markdown if m.value.startswith("Row **70** belongs to head **70 // 64 = 1**"))
-    assert "max |difference| **0.0e+00**" in block and "✓ every row in its block" in block
-    # Both one-hot checks ran and passed.
-    assert sum(m.value.startswith(("float32: max |difference|", "float64: max |difference|")) and "pass" in m.value
-               for m in app.markdown) == 2
+    assert "per-head path uses: max |difference| **0.0e+00**" in block and ":green[**✓ pass**]" in block
+    # Both one-hot checks ran, exactly, in their own precision.
+    assert sum(m.value.startswith("One-hot @ W_E against W_E[tokens] in float") for m in app.markdown) == 2
+    assert shown_checks(app)[2:4] == [(0.0, 0.0, 1e-5, True), (0.0, 0.0, 1e-10, True)]
 
 
 @pytest.mark.parametrize("key, value", [("B", 3), ("S", 7), ("V", 300), ("D", 96), ("pos", 0), ("row", 511)])
@@ -69,8 +66,10 @@ def test_heads_follow_d_model_and_d_head_is_shown(app):
 
 
 def test_float64_run_and_timings_have_units(app):
+    assert [tolerance for _, _, tolerance, _ in shown_checks(app)[-2:]] == [1e-5, 1e-5]
     app.radio(key="dtype").set_value("float64").run()
     assert_checks_pass(app)
+    assert [tolerance for _, _, tolerance, _ in shown_checks(app)[-2:]] == [1e-10, 1e-10]  # W_O blocks, one position
     times = [m.value for m in app.metric if m.label.endswith("float64") and "→" in m.label]
     assert len(times) == 2 and all(t.endswith(" ms") for t in times)
 
@@ -79,15 +78,41 @@ def test_large_one_hot_is_skipped_with_a_reason(app):
     app.slider(key="D").set_value(1024).run()
     app.slider(key="B").set_value(8).run()
     app.slider(key="S").set_value(128).run()
-    assert_checks_pass(app)
-    assert any(i.value.startswith("float64: skipped") and "Only the lookup W_E[tokens] ran" in i.value for i in app.info)
+    assert_checks_pass(app, one_hot=0)
+    assert sum(i.value.startswith(("float32: skipped", "float64: skipped")) and "Only the lookup W_E[tokens] ran" in i.value
+               for i in app.info) == 2
 
 
 def test_sidebar_seed_changes_the_numbers(app):
-    before = [m.value for m in app.metric]
+    before = shown_checks(app)
     app.sidebar.number_input(key="seed").set_value(7).run()
     assert_checks_pass(app)
-    assert [m.value for m in app.metric] != before
+    assert shown_checks(app) != before
+
+
+@pytest.fixture
+def fresh_cache():
+    """The page caches ``equivalence.run``'s results by their arguments: a patched run must neither read nor leave one."""
+    st.cache_data.clear()
+    yield
+    st.cache_data.clear()
+
+
+def run_with_a_wrong_float64_sum(*args) -> equivalence.EquivalenceResult:
+    """The real run, but its float64 readings differ by 3e-7: far past float64's tolerance."""
+    result = REAL_RUN(*args)
+    return dataclasses.replace(result, checks=result.checks | {"float64": Check(3e-7, 2e-7, 1e-10)})
+
+
+def test_a_failing_check_is_shown_red(monkeypatch, fresh_cache):
+    monkeypatch.setattr(equivalence, "run", run_with_a_wrong_float64_sum)
+    at = open_page("app_pages/equivalence.py")
+    assert not at.exception and not at.error
+    shown = shown_checks(at)
+    assert len(shown) == 6 and shown[1] == (3e-7, 2e-7, 1e-10, False) and all(passed for *_, passed in shown[:1] + shown[2:])
+    assert ("Σ heads against concat → W_O in float64, over all 1 × 20 × 512 entries (batch × position × d_model): "
+            "max |difference| **3.0e-07**, scaled **2.0e-07** against a tolerance of **1e-10** · max(1, |reference|) — "
+            ":red[**✗ FAIL**]") in [m.value for m in at.markdown]
 
 
 def test_sidebar_random_model_sizes_are_described(app):
@@ -115,7 +140,7 @@ def test_sidebar_refuses_a_memory_busting_model_and_keeps_the_previous(app):
     assert any("above this server's budget" in e.value and "would need about" in e.value and " MB" in e.value
                and "previous model stays selected" in e.value for e in app.sidebar.error)
     assert app.session_state["model_choice"] == previous
-    assert len(shown_differences(app)) == 2  # the page itself still works
+    assert [passed for *_, passed in shown_checks(app)] == [True] * 6  # the page itself still works
 
 
 def test_sidebar_checkpoint_upload_selects_a_good_file_and_refuses_a_bad_one(app, tmp_path):

@@ -53,7 +53,7 @@ def test_equivalence_page_loads_draws_and_reacts(page, server):
     wait_for_app(page, charts=3)
     assert no_exception(page)
     assert "Page not found" not in page.inner_text("body")
-    assert "max |difference|, float32" in page.inner_text("body")
+    assert "Σ heads against concat → W_O in float32" in page.inner_text("body")
     assert page.locator('[data-testid="stSidebar"]').get_by_text("seed").count() >= 1
     assert "row 70 → head 1, row 6" in plot_text(page)
 

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from mechlib import analogy
+from mechlib import analogy, copying
 
 st.title("Addition Machines")
 st.markdown(
@@ -21,10 +21,10 @@ for page, what, runs_on in [
     ("app_pages/circuits.py", "zero-, one- and two-layer circuits, induction heads and how they form in training",
      "Runs on a zoo model per section, or on the sidebar's model where it fits that section."),
     ("app_pages/lstm.py", "the LSTM analogy: cell state and residual stream, gates and patterns, and where it breaks",
-     f"Runs on two zoo models trained on the same data, `{analogy.RNN}` and `{analogy.TRANSFORMER}`; the sidebar's "
-     "model is not used."),
+     f"Runs on two zoo models trained on the same data, `{analogy.RNN}` and `{analogy.TRANSFORMER}`, and on the "
+     f"copying task's {', '.join(f'`{name}`' for name in copying.CONTROLS.values())}; the sidebar's model is not used."),
     ("app_pages/train.py", "train a small transformer here and study it on the other pages",
-     "Trains a new model; it joins the sidebar's list when done."),
+     "Trains a new model, one click for an induction head drawn as it forms; it joins the sidebar's list when done."),
 ]:
     st.page_link(page)
     st.caption(f"{what}. {runs_on}")

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 __all__ = ["TOLERANCE", "Check", "compare", "tolerance_for", "model_tolerance", "PREV_TOKEN_MIN", "INDUCTION_MIN",
-           "ABLATION_DROP_MIN", "FAMILY_ALPHA", "above_random_bar", "BIGRAM_KL_SHARE", "BIGRAM_GAP_MAX", "UNK_SHARE_MAX", "RANK_ZERO",
+           "ABLATION_DROP_MIN", "FAMILY_ALPHA", "above_random_bar", "BIGRAM_KL_SHARE", "BIGRAM_GAP_MAX", "GAP_MIN", "NOTHING_MARGIN", "EARLIER_MARGIN", "UNK_SHARE_MAX", "RANK_ZERO",
            "SEPARATE_MAX", "OVERLAP_SIGMAS", "LOSS_TIE"]
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # tol in |a − b| ≤ tol · max(1, |reference|)
@@ -24,6 +24,10 @@ ABLATION_DROP_MIN = 0.5   # ablating a head "breaks" a score when the score fall
 FAMILY_ALPHA = 0.05       # a random model passes any of the "above random" tests made at once with at most this chance
 BIGRAM_KL_SHARE = 0.1     # a zero-layer model "has learned the bigrams" when KL ≤ this share of the corpus's entropy
 BIGRAM_GAP_MAX = 0.01     # nats: a zero-layer model within this KL of the best rank-d_model fit is "as good as its width allows"
+GAP_MIN = 0.5             # nats: on the copy, a control is "worse" than another when its loss is higher by at least this
+NOTHING_MARGIN = 0.25     # nats: a loss within this of ln d_vocab is the loss of knowing nothing about the next token
+EARLIER_MARGIN = 1.0      # nats: within this of copying.earlier_token_loss (a factor e in the right token's probability),
+                          # a loss is at the "some earlier token comes next" level: far from knowing nothing and from copying
 UNK_SHARE_MAX = 0.2       # more than this share of <unk> tokens in a prompt gets a warning
 RANK_ZERO = 1e-10         # in float64, a singular value below this times σ₁ counts as zero
 SEPARATE_MAX = 0.01       # two heads write into separate subspaces when their overlap (mean squared cosine) is at most this

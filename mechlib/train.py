@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -29,10 +30,11 @@ from mechlib.loss import heldout_loss, next_token_loss
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
-__all__ = ["Progress", "TrainResult", "train", "train_step", "adamw", "Preset", "INDUCTION_PRESET", "estimate_mb",
+__all__ = ["Progress", "TrainResult", "train", "train_step", "adamw", "watch_sequence", "watched_patterns", "Preset", "INDUCTION_PRESET", "estimate_mb",
            "TrainingQueue", "QUEUE"]
 
 EVAL_BATCH, EVAL_SEED = 32, 1234  # the fixed copying-task batch that training on the copying task is scored on
+WATCH_SEED = 99                   # the repeated sequence a preset's heads are drawn on while they form
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Progress:
     metrics: dict[str, float]   # induction.evaluate or copying.metrics: repeat_loss, induction, prev_token
     elapsed_s: float            # since the first step, evaluations included
     evaluation_s: float         # of which spent in evaluations
+    patterns: np.ndarray | None = None  # [layer head query_pos key_pos]: every head's attention on ``watch``, if given
 
 
 @dataclass
@@ -80,17 +83,33 @@ def adamw(model: Transformer | LSTM, lr: float, weight_decay: float) -> torch.op
                              lr=lr, betas=(0.9, 0.99), fused=True)
 
 
+def watch_sequence(d_vocab: int, length: int) -> Tensor:
+    """One fixed sequence to draw heads on as they form, [1 1 + 2·length]: <bos>, a random segment, the segment
+    again. A previous-token head lights the diagonal just below the main one, an induction head a stripe
+    ``length`` − 1 further below it, in the second copy."""
+    return induction.repeated_sequences(d_vocab, length, 1, WATCH_SEED)
+
+
+@torch.inference_mode()
+def watched_patterns(model: Transformer, tokens: Tensor) -> np.ndarray:
+    """Every head's attention pattern on one sequence [1 pos]: [layer head query_pos key_pos], on the CPU."""
+    _, cache = model.run_with_cache(tokens.to(DEVICE))
+    return induction.stacked_patterns(cache, model.cfg.n_layers)[:, 0].numpy()
+
+
 def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,
           warmup: int = 50, weight_decay: float = 0.01, clip: float | None = 1.0, eval_every: int = 50,
           on_progress: Callable[[Progress], None] | None = None, on_step: Callable[[int], None] | None = None,
-          until: Callable[[Progress], bool] | None = None, checkpoint_every: int | None = None,
+          until: Callable[[Progress], bool] | None = None, watch: Tensor | None = None, checkpoint_every: int | None = None,
           checkpoint_dir: Path | None = None, tokenizer: Tokenizer | None = None) -> TrainResult:
     """Train a new model of ``cfg`` on ``data`` with AdamW (warm-up, cosine decay, gradient clipping).
 
     Every ``eval_every`` steps (and at the last) the model is scored and the metrics passed to ``on_progress``:
     on the copying task (``CopyingTask``), the loss counts only the predictable positions and the scores come from
     a fixed batch of the same task (``copying.metrics``); on other data, from repeated random sequences
-    (``induction.evaluate``). Training stops early after an evaluation for which ``until(progress)`` is True.
+    (``induction.evaluate``). With ``watch`` (token ids [1 pos], a transformer with layers), every evaluation also
+    records every head's attention pattern on that one sequence, to draw heads forming live. Training stops early
+    after an evaluation for which ``until(progress)`` is True.
     ``on_step(step)`` is called after every step (cheap; an app checks there whether its user left, so a stop
     takes effect within a step). Every ``checkpoint_every`` steps the model is written, atomically, to
     ``checkpoint_dir/step_NNNNN.safetensors`` (step 0 is the untrained model).
@@ -130,11 +149,11 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
         if step % eval_every == 0 or step == steps:
             began = time.perf_counter()
             model.eval()
-            metrics = evaluate()
+            metrics, patterns = evaluate(), None if watch is None else watched_patterns(model, watch)
             model.train()
             evaluation_s += time.perf_counter() - began
             result.history.append({"step": step, "loss": loss.item(), **metrics})
-            progress = Progress(step, steps, loss.item(), metrics, time.perf_counter() - start, evaluation_s)
+            progress = Progress(step, steps, loss.item(), metrics, time.perf_counter() - start, evaluation_s, patterns)
             if on_progress is not None:
                 on_progress(progress)
             if until is not None and until(progress):
@@ -165,12 +184,16 @@ class Preset:
         """The circuit has formed: induction score ≥ ``induction_target`` and a previous-token head ≥ PREV_TOKEN_MIN."""
         return progress.metrics["induction"] >= self.induction_target and progress.metrics["prev_token"] >= PREV_TOKEN_MIN
 
+    def watch(self) -> Tensor:
+        """The sequence its heads are drawn on as they form: ``watch_sequence`` with its longest segment."""
+        return watch_sequence(self.cfg.d_vocab, self.data.length)
+
     def train(self, seed: int = 0, **callbacks) -> TrainResult:
         """Train this recipe's model from ``seed`` (its weights and its batches) until it has ``formed`` the circuit or
-        run ``steps``; ``callbacks`` as ``train``'s."""
+        run ``steps``, drawing patterns on ``watch()``; ``callbacks`` as ``train``'s."""
         return train(dataclasses.replace(self.cfg, seed=seed), self.data, self.steps, lr=self.lr,
                      batch_size=self.batch_size, seed=seed, warmup=self.warmup, weight_decay=self.weight_decay,
-                     clip=self.clip, eval_every=self.eval_every, until=self.formed, **callbacks)
+                     clip=self.clip, eval_every=self.eval_every, until=self.formed, watch=self.watch(), **callbacks)
 
 
 # From a sweep on 2 CPU cores (steps to an induction score of 0.9, 3–5 seeds each): context 33 (the longest
@@ -259,16 +282,31 @@ def fit_zero_layer(cfg: ModelConfig, tokens: Tensor, recipe: zoo.Recipe, tokeniz
     return TrainResult(model.eval())
 
 
-def rebuild(name: str) -> TrainResult:
-    """Train zoo model ``name`` from scratch, deterministically, and write it (and its snapshots). A zero-layer
-    model is fitted full-batch to the bigram table of its text (``fit_zero_layer``)."""
+def recipe_data(recipe: zoo.Recipe) -> tuple[Tokenizer | None, Data]:
+    """A recipe's tokenizer and batches: its built-in text (``data.training_data``), or for source "copying" the
+    copying task with the longest segment that fits twice in the context (random ids: no tokenizer)."""
+    if recipe.source == "copying":
+        return None, CopyingTask(recipe.cfg.d_vocab, (recipe.cfg.n_ctx - 1) // 2)
+    return training_data(recipe.source, recipe.cfg.n_ctx, recipe.repeats, random_share=recipe.random_share)
+
+
+def train_recipe(name: str, **callbacks) -> TrainResult:
+    """Train zoo model ``name`` from scratch by its recipe, deterministically (with one thread), without writing it;
+    ``callbacks`` as ``train``'s. A zero-layer model is fitted full-batch to the bigram table of its text
+    (``fit_zero_layer``), with no steps to report on."""
     recipe = zoo.RECIPES[name]
-    tokenizer, data = training_data(recipe.source, recipe.cfg.n_ctx, recipe.repeats, random_share=recipe.random_share)
-    cfg = dataclasses.replace(recipe.cfg, d_vocab=tokenizer.d_vocab)
+    tokenizer, data = recipe_data(recipe)
+    cfg = recipe.cfg if tokenizer is None else dataclasses.replace(recipe.cfg, d_vocab=tokenizer.d_vocab)
     if isinstance(cfg, ModelConfig) and not cfg.n_layers:
-        result = fit_zero_layer(cfg, data.tokens, recipe, tokenizer)
-        io.save(result.model, zoo.path(name))
-        return result
+        return fit_zero_layer(cfg, data.tokens, recipe, tokenizer)
+    return train(cfg, data, recipe.steps, lr=recipe.lr, batch_size=recipe.batch_size, seed=recipe.seed,
+                 warmup=recipe.warmup, weight_decay=recipe.weight_decay, clip=recipe.clip,
+                 eval_every=max(1, recipe.steps // 20), tokenizer=tokenizer, **callbacks)
+
+
+def rebuild(name: str) -> TrainResult:
+    """Train zoo model ``name`` from scratch (``train_recipe``) and write it (and its snapshots)."""
+    recipe = zoo.RECIPES[name]
     every = recipe.steps // recipe.snapshots if recipe.snapshots else None
 
     def report(progress: Progress) -> None:
@@ -278,9 +316,8 @@ def rebuild(name: str) -> TrainResult:
     # Snapshots go to a new folder that replaces the old one only once training has finished, so an
     # interrupted rebuild leaves the shipped model, its snapshots and its history as they were.
     with tempfile.TemporaryDirectory(dir=zoo.CHECKPOINTS, prefix=f".{name}.") as building:
-        result = train(cfg, data, recipe.steps, lr=recipe.lr, batch_size=recipe.batch_size, seed=recipe.seed,
-                       weight_decay=recipe.weight_decay, eval_every=max(1, recipe.steps // 20), on_progress=report,
-                       checkpoint_every=every, checkpoint_dir=Path(building) if every else None, tokenizer=tokenizer)
+        result = train_recipe(name, on_progress=report, checkpoint_every=every,
+                              checkpoint_dir=Path(building) if every else None)
         if every:
             io.write_atomic(Path(building) / "history.json", json.dumps(result.history, indent=1).encode())
             folder = zoo.CHECKPOINTS / name
@@ -303,7 +340,8 @@ def main(argv: list[str] | None = None) -> None:
     result = rebuild(name)
     model = result.model.eval()
     print(f"\n{name}: {model.cfg.n_params():,} parameters, {zoo.path(name).stat().st_size / 1e6:.2f} MB")
-    print(f"held-out loss {heldout_loss(model):.3f} nats/token")
+    if model.tokenizer is not None:  # trained on text; the copying task's models read random ids
+        print(f"held-out loss {heldout_loss(model):.3f} nats/token")
     if isinstance(model, Transformer) and model.cfg.n_layers == 0:
         c = bigrams.ceiling(model)
         print(f"KL(corpus bigrams ‖ model) {c.model_kl:.2e} nats; the best rank-{model.cfg.d_model} fit's {c.best_fit_kl:.2e}; "

@@ -85,16 +85,18 @@ CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 
 @dataclass(frozen=True)
 class Recipe:
-    """How a zoo model is made: its config, its data (``mechlib.data.training_data``), the optimiser's settings."""
+    """How a zoo model is made: its config, its data (``mechlib.train.recipe_data``), the optimiser's settings."""
 
     cfg: ModelConfig | LSTMConfig
-    source: str               # "words" or "chars" (the built-in text)
+    source: str               # "words" or "chars" (the built-in text), or "copying" (``data.CopyingTask``: random ids)
     repeats: float            # share of sequences with a copied segment (0: plain text)
     steps: int
     lr: float
     description: str
     random_share: float = 0.5  # of the repeated sequences, the share made of random tokens
     weight_decay: float = 0.01
+    warmup: int = 50          # steps of linear warm-up (``train.learning_rate``)
+    clip: float | None = 1.0  # gradient-norm clipping; None: none
     snapshots: int = 0        # checkpoints kept across training, for replaying it
     batch_size: int = 32
     seed: int = 0
@@ -129,6 +131,24 @@ RECIPES: dict[str, Recipe] = {
         ModelConfig(n_layers=2, d_model=128, n_heads=4, d_vocab=data.WORD_VOCAB, n_ctx=64, d_mlp=512, normalization="LN"),
         "words", 0.0, steps=800, lr=3e-3,
         description="two layers with GELU MLPs and LayerNorm, for the residual-stream ledger (word-level, built-in text)"),
+    # Controls on the copying task (``copying.controls``): train.INDUCTION_PRESET's task (segments of 8–16 ids from
+    # 512, each copied once), optimiser settings and batch, for the same 2,000 steps each (the preset stops once its
+    # circuit forms; these run the whole budget). The two-layer model is the preset's, the one-layer model has its
+    # width, and the LSTM about its size (99,328 parameters against 101,440; the one-layer model has 84,800).
+    "copying-2l": Recipe(
+        ModelConfig(n_layers=2, d_model=64, n_heads=1, d_vocab=512, n_ctx=33, positional="shortformer"),
+        "copying", 1.0, steps=2000, lr=1e-2, batch_size=64, warmup=0, clip=None, weight_decay=0.0,
+        description="two attention layers of one head on the copying task (random ids, no tokenizer): "
+                    "the Train page's preset, trained 2,000 steps"),
+    "copying-1l": Recipe(
+        ModelConfig(n_layers=1, d_model=64, n_heads=1, d_vocab=512, n_ctx=33, positional="shortformer"),
+        "copying", 1.0, steps=2000, lr=1e-2, batch_size=64, warmup=0, clip=None, weight_decay=0.0,
+        description="one attention layer of one head on the copying task (random ids, no tokenizer): "
+                    "copying-2l's control without composition"),
+    "copying-lstm": Recipe(
+        LSTMConfig(d_vocab=512, d_model=64, d_hidden=64, n_ctx=33),
+        "copying", 1.0, steps=2000, lr=1e-2, batch_size=64, warmup=0, clip=None, weight_decay=0.0,
+        description="an LSTM of 64 cells on the copying task (random ids, no tokenizer), of about copying-2l's size"),
 }
 
 

@@ -1,15 +1,45 @@
 """AppTest for the Train page: widgets move, a short training run completes and joins the sidebar."""
 
+import dataclasses
 import re
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from mechlib import train
 from tests.app.helpers import open_page
 
 
 def train_page(**state) -> AppTest:
-    return open_page("app_pages/train.py", **state)
+    """The Train page on "your own model"; the preset's tests open it on its default, the preset."""
+    return open_page("app_pages/train.py", **{"t_task": "your own model", **state})
+
+
+def test_the_preset_forms_an_induction_circuit_drawn_live_and_offers_it_to_the_circuits_page():
+    at = open_page("app_pages/train.py")
+    assert at.radio(key="t_task").value == train.INDUCTION_PRESET.name
+    at.button[0].click().run(timeout=120)
+    assert not at.exception, at.exception
+    last = at.session_state["last_trained"]
+    report = last["last"]
+    assert last["preset"] and at.session_state["model"] == last["label"] and report.patterns.shape == (2, 1, 33, 33)
+    message = next(s.value for s in at.success if "induction circuit formed" in s.value)
+    seconds, steps, induction, previous = re.search(
+        r"formed in \*\*([\d.]+) s\*\* \(([\d,]+) steps, evaluations included\): induction score (\d\.\d\d), "
+        r"previous-token score (\d\.\d\d)", message).groups()
+    assert float(seconds) == round(report.elapsed_s, 1) and int(steps) == report.step == last["history"][-1]["step"]
+    assert float(induction) >= 0.9 and float(previous) >= 0.5
+    assert at.session_state["c_model_attn-only-2l"] == "the sidebar's model"  # the Circuits page opens on it
+
+
+def test_a_preset_run_that_has_not_formed_the_circuit_says_so(monkeypatch):
+    monkeypatch.setattr(train, "INDUCTION_PRESET", dataclasses.replace(train.INDUCTION_PRESET, steps=25))
+    at = open_page("app_pages/train.py")
+    at.button[0].click().run(timeout=120)
+    assert not at.exception, at.exception
+    assert not any("formed" in s.value for s in at.success)
+    assert any(re.search(r"No induction circuit after 25 steps \([\d.]+ s\): induction score 0\.\d\d", w.value)
+               for w in at.warning)
 
 
 def test_defaults_show_sizes_memory_and_queue():

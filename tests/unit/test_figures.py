@@ -33,3 +33,32 @@ def test_scores_heatmap_blanks_the_masked_entries_and_centres_on_zero():
     z = np.asarray(fig.data[0].z, dtype=float)
     assert np.isnan(z[0, 1]) and z[1, 0] == -2.0 and fig.data[0].zmid == 0 and fig.data[0].zmin == -2.0
     assert fig.data[0].text[1][0] == "query 1 'b' → key 0 'a'"
+
+
+def test_the_live_training_view_is_built_once_and_shows_each_update():
+    history = [{"step": 25, "loss": 6.0, "repeat_loss": 6.1, "induction": 0.05, "prev_token": 0.1}]
+    first = np.random.default_rng(0).random((2, 1, 9, 9))
+    live = figures.LiveTraining(history, first, 25, 4)
+    history = history + [{"step": 50, "loss": 2.0, "repeat_loss": 1.5, "induction": 0.7, "prev_token": 0.4}]
+    later = np.random.default_rng(1).random((2, 1, 9, 9))
+    heads, curves = live.update(history, later, 50)
+    assert heads is live.heads and curves is live.curves  # updated in place, not rebuilt
+    assert [np.asarray(trace.z).tolist() for trace in heads.data] == [later[0, 0].tolist(), later[1, 0].tolist()]
+    assert "step 50" in heads.layout.title.text
+    assert {trace.meta: list(trace.y) for trace in curves.data} == {
+        key: [row[key] for row in history] for key in ("loss", "repeat_loss", "induction", "prev_token")}
+    assert figures.LiveTraining(history, None, 50, 4).update(history, None, 50)[0] is None  # no heads: curves only
+
+
+def test_copy_losses_draws_each_model_and_marks_both_copies_and_the_references():
+    losses = {"two layers": np.linspace(6, 0, 8), "one layer": np.full(8, 3.0), "LSTM": np.full(8, 6.2)}
+    fig = figures.copy_losses(losses, length=4, d_vocab=512, earlier=1.3)
+    lines = {t.name: t for t in fig.data}
+    for name, values in losses.items():
+        assert list(lines[name].x) == [1, 2, 3, 4, 5, 6, 7, 8] and np.array_equal(lines[name].y, values)
+    assert list(lines["knows nothing: ln 512 = 6.24"].y) == [np.log(512)] * 2
+    assert list(lines["some earlier token comes next: 1.30"].x) == [5.5, 8.5]  # the second copy after its first token
+    shaded = [(s.x0, s.x1) for s in fig.layout.shapes]
+    assert shaded == [(0.5, 4.5), (4.5, 8.5)]
+    assert [a.text for a in fig.layout.annotations] == ["first copy", "second copy"]
+    assert "nats" in fig.layout.yaxis.title.text and fig.layout.xaxis.title.text == "position of the token predicted"

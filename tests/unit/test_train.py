@@ -3,6 +3,7 @@
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -168,3 +169,16 @@ def test_the_induction_preset_forms_the_circuit_it_claims():
     circuit = induction.induction_circuit(result.model.share())
     assert circuit.previous.startswith("L0") and circuit.previous_score >= 0.5
     assert circuit.induction_score >= 0.9 and circuit.ablated_score < 0.2
+
+
+def test_watching_records_every_heads_pattern_on_the_watched_sequence_at_each_evaluation():
+    watch = train.watch_sequence(CFG.d_vocab, 5)
+    assert watch.shape == (1, 11) and torch.equal(watch[0, 1:6], watch[0, 6:])
+    seen = []
+    result = train.train(CFG, DATA, 20, eval_every=10, watch=watch, on_progress=seen.append)
+    assert [p.patterns.shape for p in seen] == [(2, 2, 11, 11)] * 2
+    _, cache = result.model.run_with_cache(watch)
+    assert np.allclose(seen[-1].patterns[1, 0], cache["blocks.1.attn.hook_pattern"][0, 0].numpy())
+    quiet = []
+    train.train(CFG, DATA, 10, eval_every=10, on_progress=quiet.append)
+    assert quiet[0].patterns is None  # nothing watched: nothing drawn

@@ -1,10 +1,11 @@
 """The LSTM analogy (seed 002): cell state ~ residual stream, input gate ~ patterns, output gate ~ messages,
-computed on two models trained on the same data, and where the analogy breaks."""
+computed on two models trained on the same data, and where the analogy breaks: the separating test, and controls
+on the copying task (a two-layer model beside a one-layer model and an LSTM trained the same way)."""
 
 import pandas as pd
 import streamlit as st
 
-from mechlib import analogy, figures
+from mechlib import analogy, checks, copying, figures
 from mechlib.checks import LOSS_TIE, UNK_SHARE_MAX
 from shell import check_line, slider
 
@@ -12,6 +13,7 @@ pair = st.cache_data(max_entries=1)(analogy.pair)
 side_by_side = st.cache_data(max_entries=32, show_spinner="Running both models…")(analogy.side_by_side)
 separating_test = st.cache_data(max_entries=16, show_spinner="Running the test…")(analogy.separating_test)
 heldout = st.cache_data(max_entries=1, show_spinner="Reading the held-out text…")(analogy.heldout)
+controls = st.cache_data(max_entries=16, show_spinner="Running the copying task's three models…")(copying.controls)
 
 
 def ranking(ranked: analogy.Ranking, what: str, unit: str, losses: dict[str, float]) -> str:
@@ -115,3 +117,31 @@ st.markdown("An induction head can look up each token's earlier copy; the LSTM w
             "segment in its fixed-size state." if test.transformer_wins else
             "Here the transformer does not use the earlier copy to beat the LSTM on the repeat.")
 st.markdown(ranking(text.text, "On ordinary held-out text", "nats per character", text.losses))
+
+st.subheader("Controls on the copying task", anchor="controls")
+c = controls(st.session_state["seed"])
+st.markdown(
+    "Three models trained here by one recipe, for the same number of steps, on the copying task (random ids, a "
+    "segment copied once; the Train page's preset): two attention layers of one head (`copying-2l`, "
+    f"{c.params['two layers']:,} parameters), one layer of the same width (`copying-1l`, {c.params['one layer']:,}) "
+    f"and an LSTM of about the same size (`copying-lstm`, {c.params['LSTM']:,}). Below, their loss at each position "
+    f"of a random segment of {c.length} ids and its copy. The recipe trains the loss on the copy only, so on the first "
+    "copy, where nothing tells the next id, no model was trained to guess well.")
+st.plotly_chart(figures.copy_losses({f"{role} ({c.params[role]:,} parameters)": values for role, values in c.losses.items()},
+                                    c.length, c.d_vocab, c.earlier))
+s2 = c.second_copy
+st.markdown(f"On the second copy: two layers **{s2['two layers']:.2f}** nats, one layer **{s2['one layer']:.2f}**, "
+            f"the LSTM **{s2['LSTM']:.2f}**. " + (
+                f"Each control is at least {checks.GAP_MIN} nats worse than the model before it." if c.ordered else
+                f"Here they do not rise by {checks.GAP_MIN} nats or more from two layers to one layer to the LSTM."))
+st.markdown(f"The LSTM stays within {checks.NOTHING_MARGIN} nats of ln {c.d_vocab} = "
+            f"{c.knows_nothing:.2f}, the loss of knowing nothing: it has not learned to keep {c.length} random ids in its fixed-size "
+            "state." if c.lstm_knows_nothing else
+            f"The LSTM is more than {checks.NOTHING_MARGIN} nats from ln {c.d_vocab} = "
+            f"{c.knows_nothing:.2f}, the loss of knowing nothing.")
+st.markdown(f"The one-layer model stays within {checks.EARLIER_MARGIN} nats of {c.earlier:.2f}, the loss of \"some "
+            "earlier token comes next\" (every id seen so far equally likely): one layer can find where a token "
+            "occurred, but reading what followed it takes a previous-token head composed with an induction head."
+            if c.one_layer_earlier else
+            f"The one-layer model is more than {checks.EARLIER_MARGIN} nats from {c.earlier:.2f}, the loss of \"some "
+            "earlier token comes next\" (every id seen so far equally likely).")

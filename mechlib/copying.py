@@ -3,18 +3,27 @@
 Each sequence copies a segment of its own length n from its own start, so the induction score here reads,
 per sequence, the attention from a copied token q to q − n + 1 (the token after its earlier copy; Olsson
 et al. 2022), where ``induction.induction_scores`` uses one length for the whole batch.
+
+``controls`` sets the two-layer model beside its controls trained the same way: one attention layer (no
+composition, so no induction head) and an LSTM of about the same size (a fixed-width state, no attention).
 """
 
+import math
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 from torch import Tensor
 
+from mechlib import zoo
+from mechlib.checks import EARLIER_MARGIN, GAP_MIN, NOTHING_MARGIN
 from mechlib.data import Copies
-from mechlib.induction import previous_token_scores, stacked_patterns
+from mechlib.induction import loss_by_position, previous_token_scores, repeated_sequences, stacked_patterns
 from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
-__all__ = ["induction_scores", "metrics"]
+__all__ = ["induction_scores", "metrics", "CONTROLS", "Controls", "compare", "controls", "earlier_token_loss"]
 
 
 def induction_scores(patterns: Tensor, copies: Copies) -> Tensor:
@@ -43,3 +52,70 @@ def metrics(model: Transformer | LSTM, copies: Copies) -> dict[str, float]:
     return {"repeat_loss": float(next_token_loss(logits.cpu(), copies.tokens, mask=copies.predictable)),
             "induction": float(induction_scores(patterns, copies).max()),
             "prev_token": float(previous_token_scores(patterns).max())}
+
+
+CONTROLS = {"two layers": "copying-2l", "one layer": "copying-1l", "LSTM": "copying-lstm"}  # role -> zoo model
+CONTROL_BATCH = 64     # repeated sequences the losses average over
+
+
+def earlier_token_loss(tokens: Tensor) -> Tensor:
+    """The loss of the rule "some earlier token comes next", where it holds: the next token is one of the distinct
+    ids seen so far after <bos>, each equally likely, so −log P = ln(how many). tokens [batch pos] -> [batch pos − 1],
+    aligned with ``next_token_loss`` (position p has seen tokens 1 … p; −inf at p = 0, where it has seen none)."""
+    p = torch.arange(tokens.shape[1])                                                   # [pos]
+    seen_before = ((tokens[:, :, None] == tokens[:, None, :]) & (p[None, :] < p[:, None])).any(-1)  # [batch pos]
+    distinct = (~seen_before[:, 1:-1]).float().cumsum(1)                                # [batch pos − 2]: in 1 … p, p ≥ 1
+    return torch.cat([torch.zeros_like(distinct[:, :1]), distinct], 1).log()            # [batch pos − 1]
+
+
+@dataclass(frozen=True)
+class Controls:
+    """Loss by position on repeated sequences for the two-layer model and its controls, and the verdicts they give.
+
+    The sequences are <bos>, a random segment of ``length`` ids, the segment again: the copying task's longest
+    segment, which fills the context and so starts right after <bos>, as it always does in training. Every
+    sequence is laid out the same, so each position is in the same copy everywhere and losses average by position.
+    Position p predicts token p + 1: p = 0 … length − 1 predict the first copy, which nothing before it tells;
+    p = length predicts the copy's first token; p = length + 1 … 2·length − 1 the rest of it (``Copies.predictable``).
+    """
+
+    length: int                    # segment length
+    d_vocab: int
+    params: dict[str, int]         # role -> parameter count
+    losses: dict[str, np.ndarray]  # role -> [2·length] mean loss (nats) at each position p, predicting token p + 1
+    first_copy: dict[str, float]   # role -> mean loss predicting the first copy
+    second_copy: dict[str, float]  # role -> mean loss predicting the second copy after its first token
+    earlier: float                 # ``earlier_token_loss`` on the second copy: "some earlier token comes next"
+    ordered: bool                  # two layers < one layer < LSTM on the second copy, each step by ≥ GAP_MIN
+    lstm_knows_nothing: bool       # the LSTM's second-copy loss is within NOTHING_MARGIN of ln d_vocab
+    one_layer_earlier: bool        # the one-layer model's second-copy loss is within EARLIER_MARGIN of ``earlier``
+
+    @property
+    def knows_nothing(self) -> float:
+        """ln d_vocab: the loss of a uniform guess."""
+        return math.log(self.d_vocab)
+
+
+@torch.inference_mode()
+def compare(models: dict[str, Transformer | LSTM], seed: int) -> Controls:
+    """``Controls`` of ``models`` (role -> model, the roles of ``CONTROLS``, one vocabulary) on CONTROL_BATCH
+    repeated sequences drawn from ``seed``, with the two-layer model's longest copying-task segment."""
+    two = models["two layers"]
+    length = (two.cfg.n_ctx - 1) // 2
+    tokens = repeated_sequences(two.cfg.d_vocab, length, CONTROL_BATCH, seed)            # [batch 1 + 2·length]
+    copies = Copies(tokens, torch.ones(CONTROL_BATCH, dtype=torch.long), torch.full((CONTROL_BATCH,), length))
+    second = copies.predictable[0]                                                       # [2·length]
+    losses = {role: loss_by_position(model, tokens).numpy() for role, model in models.items()}
+    first_copy = {role: float(values[:length].mean()) for role, values in losses.items()}
+    second_copy = {role: float(values[second].mean()) for role, values in losses.items()}
+    earlier, s = float(earlier_token_loss(tokens)[copies.predictable].mean()), second_copy  # s: for the verdicts
+    return Controls(length, two.cfg.d_vocab, {role: model.cfg.n_params() for role, model in models.items()}, losses,
+                    first_copy, s, earlier,
+                    ordered=s["one layer"] - s["two layers"] >= GAP_MIN and s["LSTM"] - s["one layer"] >= GAP_MIN,
+                    lstm_knows_nothing=abs(s["LSTM"] - math.log(two.cfg.d_vocab)) <= NOTHING_MARGIN,
+                    one_layer_earlier=abs(s["one layer"] - earlier) <= EARLIER_MARGIN)
+
+
+def controls(seed: int) -> Controls:
+    """``compare`` on the shipped zoo models of ``CONTROLS``, trained by one recipe for the same number of steps."""
+    return compare({role: zoo.load(name) for role, name in CONTROLS.items()}, seed)

@@ -1,19 +1,22 @@
 """AppTest for the LSTM analogy page: every widget moved, the decompositions checked against their shown
 tolerance, the sizes and conclusions read from the models and the table."""
 
+import base64
 import dataclasses
 import json
 import re
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mechlib import analogy, zoo
+from mechlib import analogy, checks, copying, zoo
 from mechlib.checks import LOSS_TIE, Check
 from tests.app.helpers import open_page, shown_checks
 
 TRANSFORMER, LSTM = analogy.NAMES[analogy.TRANSFORMER], analogy.NAMES[analogy.RNN]
-REAL = {"side_by_side": analogy.side_by_side, "separating_test": analogy.separating_test, "heldout": analogy.heldout}
+REAL = {"side_by_side": analogy.side_by_side, "separating_test": analogy.separating_test, "heldout": analogy.heldout,
+        "controls": copying.controls}
 
 
 def page(**state) -> AppTest:
@@ -159,6 +162,45 @@ def test_the_start_page_says_this_page_runs_on_its_own_models():
     """The start page used to say every check ran "on the model you chose": not so here."""
     at = open_page("app_pages/home.py")
     line = next(c.value for c in at.caption if c.value.startswith("the LSTM analogy"))
-    assert line.endswith("Runs on two zoo models trained on the same data, `lstm` and `attn-only-2l`; the sidebar's "
-                         "model is not used.")
+    assert line.endswith("Runs on two zoo models trained on the same data, `lstm` and `attn-only-2l`, and on the "
+                         "copying task's `copying-2l`, `copying-1l`, `copying-lstm`; the sidebar's model is not used.")
     assert "the model you chose" not in at.markdown[0].value
+
+
+def controls_in_other_roles(seed):
+    """The shipped copying models in other roles (the LSTM where the two-layer model was, and so on): every verdict
+    of the controls comes out the other way."""
+    shipped = {role: zoo.load(name) for role, name in copying.CONTROLS.items()}
+    return copying.compare({"two layers": shipped["LSTM"], "one layer": shipped["two layers"],
+                            "LSTM": shipped["one layer"]}, seed)
+
+
+def test_the_controls_section_draws_and_states_the_computed_controls():
+    at = page()
+    c = REAL["controls"](0)  # the sidebar's seed
+    figure = json.loads(next(ch.proto.spec for ch in at.get("plotly_chart")
+                             if json.loads(ch.proto.spec)["layout"]["title"]["text"].startswith("Loss by position")))
+    assert "nats" in figure["layout"]["yaxis"]["title"]["text"]
+    drawn = {t["name"].split(" (")[0]: t["y"] for t in figure["data"] if " parameters)" in t["name"]}
+    assert drawn.keys() == c.losses.keys()
+    for role, values in c.losses.items():
+        y = drawn[role]  # plotly sends a numpy array as base64 bytes
+        assert np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]) == pytest.approx(values, abs=1e-6)
+    text = text_of(at)
+    s = c.second_copy
+    assert (f"On the second copy: two layers **{s['two layers']:.2f}** nats, one layer **{s['one layer']:.2f}**, "
+            f"the LSTM **{s['LSTM']:.2f}**. Each control is at least {checks.GAP_MIN} nats worse") in text
+    assert f"The LSTM stays within {checks.NOTHING_MARGIN} nats of ln 512 = 6.24" in text
+    assert f"The one-layer model stays within {checks.EARLIER_MARGIN} nats of {c.earlier:.2f}" in text
+    assert f"(`copying-lstm`, {zoo.load('copying-lstm').cfg.n_params():,})" in text
+
+
+def test_the_controls_sentences_follow_the_verdicts(monkeypatch):
+    monkeypatch.setattr(copying, "controls", controls_in_other_roles)
+    at = page()
+    assert not at.exception and not at.error
+    text = text_of(at)
+    assert f"Here they do not rise by {checks.GAP_MIN} nats or more from two layers to one layer to the LSTM." in text
+    assert f"The LSTM is more than {checks.NOTHING_MARGIN} nats from ln 512 = 6.24" in text
+    assert f"The one-layer model is more than {checks.EARLIER_MARGIN} nats from" in text
+    assert "Each control is at least" not in text and "stays within" not in text

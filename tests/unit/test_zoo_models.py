@@ -1,9 +1,11 @@
 """The shipped zoo: files within their size limits, loadable, and meeting the score bounds."""
 
+import dataclasses
+
 import pytest
 import torch
 
-from mechlib import bigrams, circuits, induction, zoo
+from mechlib import bigrams, circuits, copying, induction, train, zoo
 from mechlib.data import builtin_text
 
 MB = 1e6
@@ -21,7 +23,10 @@ def test_zoo_model_loads_read_only_with_its_tokenizer(name):
     model = zoo.load(name)
     recipe = zoo.RECIPES[name]
     assert model.cfg.n_layers == recipe.cfg.n_layers and model.cfg.d_model == recipe.cfg.d_model
-    assert model.tokenizer is not None and model.tokenizer.d_vocab == model.cfg.d_vocab
+    if recipe.source == "copying":  # random ids: nothing to tokenize
+        assert model.tokenizer is None
+    else:
+        assert model.tokenizer is not None and model.tokenizer.d_vocab == model.cfg.d_vocab
     assert model.read_only and zoo.load(name) is model
     with pytest.raises(RuntimeError, match="read-only"):
         model.train()
@@ -73,3 +78,40 @@ def test_readme_states_how_many_snapshots_ship():
     readme = (zoo.CHECKPOINTS.parents[1] / "README.md").read_text()
     steps = zoo.snapshot_steps("attn-only-2l")
     assert steps[0] == 0 and f"{len(steps)} snapshots" in readme
+
+
+def test_the_copying_controls_share_the_presets_recipe_and_step_budget():
+    """Same task, optimiser settings, batch and number of steps; the preset's two-layer model, a one-layer model of
+    its width, an LSTM within 5 % of its parameter count."""
+    preset, recipes = train.INDUCTION_PRESET, {role: zoo.RECIPES[name] for role, name in copying.CONTROLS.items()}
+    for recipe in recipes.values():
+        assert train.recipe_data(recipe) == (None, preset.data)
+        assert (recipe.lr, recipe.batch_size, recipe.weight_decay, recipe.warmup, recipe.clip) == (
+            preset.lr, preset.batch_size, preset.weight_decay, preset.warmup, preset.clip)
+        assert recipe.steps == recipes["two layers"].steps
+    assert recipes["two layers"].cfg == dataclasses.replace(preset.cfg, seed=0)
+    assert recipes["one layer"].cfg == dataclasses.replace(preset.cfg, n_layers=1, seed=0)
+    two, lstm = recipes["two layers"].cfg.n_params(), recipes["LSTM"].cfg.n_params()
+    assert (two, lstm) == (101_440, 99_328) and abs(lstm / two - 1) < 0.05
+
+
+def test_a_copying_recipe_trains_deterministically(monkeypatch):
+    """``python -m mechlib.train NAME``'s training on the copying task, shortened to 5 steps: twice the same weights.
+    With one thread, as the command runs it (with two, the LSTM's embedding gradient sums in a varying order)."""
+    short = dataclasses.replace(zoo.RECIPES["copying-lstm"], steps=5)
+    monkeypatch.setitem(zoo.RECIPES, "copying-lstm", short)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        first, second = (train.train_recipe("copying-lstm").model for _ in range(2))
+    finally:
+        torch.set_num_threads(threads)
+    assert first.tokenizer is None and first.cfg == short.cfg
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    assert not torch.equal(first.W_U, zoo.load("copying-lstm").W_U.cpu())  # 5 steps are not the shipped 2,000
+
+
+def test_the_shipped_copying_two_layer_model_has_the_circuit_and_the_one_layer_model_none():
+    twos, ones = (induction.evaluate(zoo.load(name)) for name in ("copying-2l", "copying-1l"))
+    assert twos["induction"] >= 0.9 and twos["prev_token"] >= 0.5
+    assert ones["induction"] < 0.3

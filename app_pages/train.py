@@ -6,13 +6,14 @@ import time
 
 import streamlit as st
 
-from mechlib import data, figures, io, train
+from mechlib import data, figures, train, workers
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, require_budget
 from shell import add_session_model, select_slider, slider
 
 PRESET = train.INDUCTION_PRESET
+workers.warm()  # start the training processes while the student reads the page
 
 
 @st.cache_resource(max_entries=8, show_spinner="Tokenizing the text…")
@@ -40,10 +41,10 @@ def chosen_upload(n_ctx: int) -> tuple[str, str] | None:
     return saved[1:]
 
 
-def run(label: str, steps: int, start, length: int) -> None:
-    """Train in a queue slot (``start(callbacks)`` runs ``train.train`` with them), drawing every head's attention on
-    the watched repeated sequence (segment ``length``) and the curves at each evaluation; then add the model to this
-    session. The figures are built once and updated in place (``figures.LiveTraining``)."""
+def run(label: str, steps: int, fn, kwargs: dict, length: int) -> None:
+    """Train ``fn(**kwargs)`` in a queue slot, in a worker process (``workers.run``), drawing every head's attention
+    on the watched repeated sequence (segment ``length``) and the curves at each evaluation; then add the model to
+    this session. The figures are built once and updated in place (``figures.LiveTraining``)."""
     progress = st.progress(0.0, text="Waiting for a free training slot…")
     heads_box, curves_box = (column.empty() for column in st.columns(2))
     history, live, reports = [], [], []
@@ -75,12 +76,12 @@ def run(label: str, steps: int, start, length: int) -> None:
 
     with train.QUEUE.slot(waiting):
         clock["start"] = time.monotonic()
-        result = start({"on_progress": evaluated, "on_step": step_done})
+        model, history = workers.run(fn, kwargs, on_progress=evaluated, on_step=step_done)
         seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
     st.session_state["trained_count"] = st.session_state.get("trained_count", 0) + 1
     label = f"trained #{st.session_state['trained_count']}: {label}"
-    add_session_model(label, io.to_bytes(result.model))
-    st.session_state["last_trained"] = {"label": label, "history": result.history, "seconds": seconds,
+    add_session_model(label, model)
+    st.session_state["last_trained"] = {"label": label, "history": history, "seconds": seconds,
                                         "last": reports[-1], "length": length, "preset": task == PRESET.name}
     st.rerun()
 
@@ -100,8 +101,7 @@ if task == PRESET.name:
                f"lr {PRESET.lr:g} · seed {seed} (sidebar) · at most {train.QUEUE.limit} trainings run at once on this "
                f"server, {train.QUEUE.running} running now")
     if st.button("Watch an induction head form", type="primary", icon=":material/play_arrow:"):
-        run(f"{PRESET.name}, seed {seed}", PRESET.steps, lambda callbacks: PRESET.train(seed, **callbacks),
-            PRESET.data.length)
+        run(f"{PRESET.name}, seed {seed}", PRESET.steps, PRESET.train, {"seed": seed}, PRESET.data.length)
 else:
     st.markdown(
         "**Your own model**, on text (the built-in text or a file of yours) or on random tokens with repeats: the "
@@ -153,8 +153,9 @@ else:
         length = (n_ctx - 1) // 2
         watch = train.watch_sequence(cfg.d_vocab, length) if n_layers else None
         run(f"{n_layers}L×{n_heads}H d{d_model} ctx {n_ctx}{extras}, {data.SOURCES[source]}, {steps} steps, lr {lr:g}, "
-            f"seed {seed}", steps, lambda callbacks: train.train(cfg, batches, steps, lr=lr, seed=seed, tokenizer=tokenizer,
-                                                                 eval_every=max(1, steps // 40), watch=watch, **callbacks), length)
+            f"seed {seed}", steps, train.train, {"cfg": cfg, "data": batches, "steps": steps, "lr": lr, "seed": seed,
+                                                 "tokenizer": tokenizer, "eval_every": max(1, steps // 40), "watch": watch},
+            length)
 
 last = st.session_state.get("last_trained")
 if last and last["label"] in st.session_state.get("session_models", {}):

@@ -1,0 +1,95 @@
+"""Trainings run in worker processes, away from the server's interpreter.
+
+A training in the server's own process is a thread among the students' script runs. Each of its hundreds of
+small torch calls per step gives up Python's global interpreter lock and waits to take it back from threads
+busy drawing pages, so it crawls: the induction preset took 236 s instead of 3.5 s beside two students rerunning
+a page (``bench/class_load.py``). A worker process has its own interpreter. ``run`` sends it the training (any
+picklable callable returning a ``train.TrainResult`` and taking ``on_progress``/``on_step``), relays its progress
+reports back to the calling thread, and stops it at its next step if the caller leaves (a closed tab).
+The pool keeps ``train.QUEUE.limit`` workers, started with "spawn" on first use and kept, so torch is imported
+once per worker, not once per training.
+"""
+
+import multiprocessing
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+
+from mechlib import io
+from mechlib.train import QUEUE, Progress, TrainResult
+
+__all__ = ["Cancelled", "run", "warm"]
+
+_lock = threading.Lock()
+_shared: dict[str, object] = {}
+
+
+class Cancelled(Exception):
+    """The caller left: the worker stopped training at a step boundary."""
+
+
+def _ready() -> bool:
+    import mechlib.train  # noqa: F401  (the import is the work: torch and mechlib, once per worker)
+
+    return True
+
+
+def _pool() -> tuple[ProcessPoolExecutor, object]:
+    """The process-wide pool and the manager its queues live in, made on first use; the workers start at once."""
+    with _lock:
+        if not _shared:
+            context = multiprocessing.get_context("spawn")
+            _shared["manager"] = context.Manager()
+            _shared["pool"] = ProcessPoolExecutor(QUEUE.limit, mp_context=context)
+            for _ in range(QUEUE.limit):
+                _shared["pool"].submit(_ready)
+        return _shared["pool"], _shared["manager"]
+
+
+def warm() -> None:
+    """Start the workers now (a page calls this on every run; only the first starts them), so the first training
+    does not wait for them."""
+    _pool()
+
+
+def _work(fn: Callable[..., TrainResult], kwargs: dict, messages, cancel) -> tuple[bytes, list[dict[str, float]]]:
+    """In the worker: train on one thread, putting every progress report (and every 10th step) on ``messages``;
+    stop when ``cancel`` is set. Returns the model as safetensors bytes and the evaluation history.
+
+    One thread: beside two students rerunning a page on 2 cores (``bench/class_load.py``), the preset took 5.0 s
+    on one thread against 38 s on two, whose threads wait on each other while the pages hold the cores."""
+
+    def on_step(step: int) -> None:
+        if step % 10 == 0:  # each is a round trip to the manager: ten steps take about 0.15 s
+            if cancel.is_set():
+                raise Cancelled(f"stopped at step {step}")
+            messages.put(("step", step))
+
+    torch.set_num_threads(1)
+    result = fn(**kwargs, on_progress=lambda progress: messages.put(("progress", progress)), on_step=on_step)
+    return io.to_bytes(result.model), result.history
+
+
+def run(fn: Callable[..., TrainResult], kwargs: dict, on_progress: Callable[[Progress], None],
+        on_step: Callable[[int], None]) -> tuple[bytes, list[dict[str, float]]]:
+    """``fn(**kwargs, on_progress=…, on_step=…)`` in a worker process: (the trained model as safetensors bytes, its
+    history). ``on_progress(progress)`` and ``on_step(step)`` (every 10th step) run here, in the caller's thread;
+    if either raises, or the caller is stopped, the worker stops within ten steps. Errors in the training (a refused
+    size, say) are raised here."""
+    pool, manager = _pool()
+    messages, cancel = manager.Queue(), manager.Event()
+    future = pool.submit(_work, fn, kwargs, messages, cancel)
+    try:
+        while True:
+            try:
+                kind, value = messages.get(timeout=0.1)
+            except queue.Empty:
+                if future.done() and messages.empty():  # every put happens before the worker returns
+                    return future.result()
+                continue
+            (on_progress if kind == "progress" else on_step)(value)
+    finally:
+        cancel.set()

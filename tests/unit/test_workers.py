@@ -1,0 +1,54 @@
+"""Trainings in worker processes: the same model as in-process, progress relayed, a stop honoured, errors raised."""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from mechlib import io, train, workers
+from mechlib.config import ModelConfig
+from mechlib.data import RandomTokens, WithRepeats
+from mechlib.device import BudgetError
+
+CFG = ModelConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=20, n_ctx=24, seed=3)
+DATA = WithRepeats(RandomTokens(20), lengths=(4, 5, 6, 7))
+KWARGS = {"cfg": CFG, "data": DATA, "steps": 40, "seed": 7, "eval_every": 10, "watch": train.watch_sequence(20, 5)}
+
+
+def test_a_worker_trains_the_model_a_thread_would_and_relays_every_report():
+    reports, steps = [], []
+    model, history = workers.run(train.train, KWARGS, on_progress=reports.append, on_step=steps.append)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the worker trains on one thread; float sums depend on how many split them
+    try:
+        here = train.train(**KWARGS)
+    finally:
+        torch.set_num_threads(threads)
+    loaded = io.load(model)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), here.model.state_dict().values()))
+    assert history == here.history and [p.step for p in reports] == [10, 20, 30, 40] and steps == [10, 20, 30, 40]
+    assert reports[-1].patterns.shape == (2, 2, 11, 11)
+
+
+def test_a_caller_that_stops_stops_the_worker_and_the_pool_goes_on():
+    class Left(Exception):
+        pass
+
+    def leave(progress):
+        raise Left
+
+    start = time.monotonic()
+    with pytest.raises(Left):
+        workers.run(train.train, {**KWARGS, "steps": 100_000}, on_progress=leave, on_step=lambda step: None)
+    with ThreadPoolExecutor(train.QUEUE.limit) as callers:  # as many trainings as workers: each needs one free
+        runs = [callers.submit(workers.run, train.train, KWARGS, lambda p: None, lambda step: None)
+                for _ in range(train.QUEUE.limit)]
+        assert [run.result()[1][-1]["step"] for run in runs] == [40] * train.QUEUE.limit
+    assert time.monotonic() - start < 60  # 100,000 steps take minutes: the stopped training let its worker go
+
+
+def test_errors_in_the_worker_reach_the_caller():
+    huge = ModelConfig(n_layers=48, d_model=8192, n_heads=64, d_vocab=200_000, n_ctx=8192)
+    with pytest.raises(BudgetError, match="training a model of"):
+        workers.run(train.train, {**KWARGS, "cfg": huge}, on_progress=lambda p: None, on_step=lambda step: None)

@@ -276,9 +276,15 @@ def heads_forming(patterns: np.ndarray, step: int, length: int) -> go.Figure:
             fig.add_trace(go.Heatmap(z=patterns[layer, head], zmin=0, zmax=1, colorscale="Blues", showscale=False,
                                      hovertemplate="query %{y} → key %{x}<br>attention %{z:.2f}<extra></extra>"),
                           row=layer + 1, col=head + 1)
-    fig.update_xaxes(title="key position", tickvals=[0, 1, length + 1], ticktext=["<bos>", "1st copy", "2nd copy"])
-    fig.update_yaxes(title="query position", autorange="reversed", tickvals=[0, 1, length + 1],
-                     ticktext=["<bos>", "1st copy", "2nd copy"])
+    middles, names = [1 + (length - 1) / 2, 1 + length + (length - 1) / 2], ["1st copy", "2nd copy"]
+    fig.update_xaxes(tickvals=middles, ticktext=names, tickangle=0)
+    fig.update_xaxes(title="key position", row=layers)  # the bottom row only: above, it would meet the next title
+    fig.update_yaxes(title="query position", autorange="reversed", tickvals=middles, ticktext=names)
+    edge, end, dotted = length + 0.5, 2 * length + 0.5, {"color": "grey", "width": 1, "dash": "dot"}
+    for layer in range(layers):  # where the second copy starts, on both axes of every panel
+        for head in range(heads):
+            fig.add_shape(type="line", x0=edge, x1=edge, y0=-0.5, y1=end, line=dotted, row=layer + 1, col=head + 1)
+            fig.add_shape(type="line", x0=-0.5, x1=end, y0=edge, y1=edge, line=dotted, row=layer + 1, col=head + 1)
     return _layout(fig, f"Every head's attention at step {step:,} (white 0, dark blue 1)", 300 * layers + 80)
 
 

@@ -79,24 +79,40 @@ def test_url_reproduces_the_screen(page, server):
     assert "per head → Σ, float64" in page.inner_text("body")
 
 
-def test_train_page_trains_and_shows_live_curves(page, server):
-    page.goto(f"{server}/train?t_data=random&t_d_model=32&t_ctx=32&t_steps=100")
+def test_the_preset_forms_an_induction_head_live_and_opens_on_the_circuits_page(page, server):
+    page.goto(f"{server}/train")
+    button = page.get_by_role("button", name="Watch an induction head form")
+    button.wait_for(timeout=60_000)
+    assert no_exception(page) and "The copying task" in page.inner_text("body")
+    button.click()
+    page.get_by_text("Every head's attention at step").first.wait_for(timeout=60_000)  # drawn while it trains
+    page.get_by_text("The induction circuit formed in").wait_for(timeout=120_000)
+    wait_for_app(page, charts=2)
+    assert no_exception(page)
+    assert "trained #1: watch an induction head form" in page.locator('[data-testid="stSidebar"]').inner_text()
+    save_whole_page(page, "train", height=1500, charts=2)
+    page.get_by_text("Read its circuit on the Circuits page (two layers)").click()
+    page.get_by_text("The circuit, as found in trained #1").wait_for(timeout=60_000)
+    assert no_exception(page)
+
+
+def test_your_own_model_trains_and_shows_live_curves(page, server):
+    page.goto(f"{server}/train?t_task=your+own+model&t_data=random&t_d_model=32&t_ctx=32&t_steps=100")
     page.get_by_role("button", name="Train").wait_for(timeout=60_000)
     assert no_exception(page)
     assert "at most 2 trainings run at once" in page.inner_text("body")
     page.get_by_role("button", name="Train").click()
     page.get_by_text("Final loss").wait_for(timeout=120_000)
-    wait_for_app(page, charts=1)
+    wait_for_app(page, charts=2)
     assert no_exception(page)
     page.get_by_text("Download as .safetensors").wait_for(timeout=30_000)
     # The trained model is now the sidebar's choice.
     assert "trained #1: 2L×2H d32 ctx 32" in page.locator('[data-testid="stSidebar"]').inner_text()
-    save_whole_page(page, "train", height=2000, charts=1)
 
 
 def running_trainings(page, server) -> int:
     page.goto(f"{server}/train")
-    page.get_by_role("button", name="Train").wait_for(timeout=60_000)
+    page.get_by_text("running now").wait_for(timeout=60_000)
     return int(re.search(r"(\d+) running now", page.inner_text("body")).group(1))
 
 
@@ -112,14 +128,14 @@ def wait_until_running(page, server, count: int, within_s: float = 30) -> int:
 
 def test_moving_a_slider_or_closing_the_tab_stops_training(browser, server):
     trainer, watcher = browser.new_page(), browser.new_page()
-    trainer.goto(f"{server}/train?t_steps=5000")
+    trainer.goto(f"{server}/train?t_task=your+own+model&t_steps=5000")
     trainer.get_by_role("button", name="Train").click()
-    trainer.get_by_text("of 5,000").wait_for(timeout=60_000)  # training has started
+    trainer.get_by_text("of at most 5,000").wait_for(timeout=60_000)  # training has started
     assert running_trainings(watcher, server) == 1
     press_slider(trainer, "layers", "ArrowLeft")  # the rerun stops the training at its next progress report
     assert wait_until_running(watcher, server, 0) == 0
     trainer.get_by_role("button", name="Train").click()
-    trainer.get_by_text("of 5,000").wait_for(timeout=60_000)
+    trainer.get_by_text("of at most 5,000").wait_for(timeout=60_000)
     assert running_trainings(watcher, server) == 1
     trainer.close()  # the session ends; its script run is stopped
     assert wait_until_running(watcher, server, 0) == 0
@@ -167,11 +183,12 @@ def test_circuits_page_sections_load_and_draw(page, server):
 
 def test_lstm_page_loads_draws_and_reacts(page, server):
     page.goto(f"{server}/lstm")
-    wait_for_app(page, charts=9)
+    wait_for_app(page, charts=10)
     assert no_exception(page)
     assert "The test that separates them" in page.inner_text("body")
+    assert "Controls on the copying task" in page.inner_text("body")
     press_slider(page, "segment length for the test", "End")
     page.wait_for_function("() => new URL(location.href).searchParams.get('l_test') === '23'", timeout=30_000)
-    wait_for_app(page, charts=9)
+    wait_for_app(page, charts=10)
     assert no_exception(page)
-    save_whole_page(page, "lstm", height=4600, charts=9)
+    save_whole_page(page, "lstm", height=5400, charts=10)

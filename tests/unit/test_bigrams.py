@@ -99,7 +99,7 @@ def test_the_four_figures_of_a_random_zero_layer_model(char_model):
     c = bigrams.ceiling(char_model)
     p_current, P = circuits.corpus_bigrams(char_model)                         # [V], [V V], by another route
     log_P = torch.where(P > 0, P.log(), 0.0)
-    log_Q = (char_model.embed.W_E @ char_model.unembed.W_U + char_model.unembed.b_U).double().log_softmax(-1)
+    log_Q = (char_model.embed.W_E @ char_model.unembed.W_U + char_model.unembed.b_U).detach().double().log_softmax(-1)
     kl, entropy = (p_current[:, None] * P * (log_P - log_Q)).sum(), -(p_current[:, None] * P * log_P).sum()
     assert c.model_kl == pytest.approx(float(kl), rel=1e-9) and c.entropy == pytest.approx(float(entropy), rel=1e-9)
     assert 0 < c.best_fit_kl < c.unigram_kl < c.model_kl  # random weights are worse than ignoring the current token

@@ -12,6 +12,7 @@ current tokens, and each row, normalised, is P(next | current).
 
 import functools
 import math
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +26,7 @@ __all__ = ["FIT_STEPS", "FIT_LR", "zero_layer_logits", "corpus_table", "training
 
 FIT_STEPS, FIT_LR = 1000, 3e-2  # full-batch Adam steps (cosine decay to lr / 20) and the peak learning rate
 INIT_STD = 0.02                 # W_E and W_U start as N(0, INIT_STD²), b_U at 0
+_fit_lock = threading.Lock()
 
 
 def zero_layer_logits(model: Transformer) -> Tensor:
@@ -103,10 +105,16 @@ def entropy(table: Tensor) -> float:
     return float(-(joint * log_P).sum())
 
 
-@functools.lru_cache(maxsize=8)
 def best_fit_kl(tokenizer_json: str, d_model: int) -> float:
     """KL(corpus bigrams ‖ the best rank-``d_model`` fit) in nats, on the built-in text in this tokenizer
-    (``Tokenizer.to_json``): a pure function of plain values, seconds to compute, so kept for the process."""
+    (``Tokenizer.to_json``): a pure function of plain values, seconds to compute, so kept for the process. A class
+    opening the zero-layer section at once computes it once: the others wait for it, then read it."""
+    with _fit_lock:
+        return _best_fit_kl(tokenizer_json, d_model)
+
+
+@functools.lru_cache(maxsize=8)
+def _best_fit_kl(tokenizer_json: str, d_model: int) -> float:
     tokenizer = tokenizer_from_json(tokenizer_json)
     table = corpus_table(torch.tensor(tokenizer.encode(builtin_text())), tokenizer.d_vocab)
     W_E, W_U, b_U = fit(table, d_model)

@@ -1,6 +1,8 @@
 """The zero-layer ceiling: the full-batch bigram fit reaches known answers, and the four figures are what they say."""
 
 import math
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -128,3 +130,19 @@ def test_the_figures_need_a_zero_layer_model_with_a_tokenizer(char_model):
     one_layer.tokenizer = char_model.tokenizer
     with pytest.raises(ValueError, match="only for a zero-layer shortformer model"):
         bigrams.ceiling(one_layer)
+
+
+def test_concurrent_requests_for_the_best_fit_compute_it_once(monkeypatch):
+    """A class opens the zero-layer section at once: one fit runs, the other requests wait for it and read it."""
+    tokenizer, calls = CharTokenizer.fit(builtin_text()), []
+
+    def slow_fit(table, d_model):
+        calls.append(d_model)
+        time.sleep(0.3)
+        V = table.shape[0]
+        return torch.zeros(V, d_model), torch.zeros(d_model, V), torch.zeros(V)
+
+    monkeypatch.setattr(bigrams, "fit", slow_fit)
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda _: bigrams.best_fit_kl(tokenizer.to_json(), 5), range(6)))
+    assert calls == [5] and len(set(results)) == 1 and results[0] > 0  # uniform logits: KL > 0, the same for all

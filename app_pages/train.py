@@ -6,11 +6,11 @@ import time
 
 import streamlit as st
 
-from mechlib import data, figures, train, workers
+from mechlib import data, figures, induction, train, workers, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, require_budget
-from shell import add_session_model, select_slider, slider
+from shell import add_session_model, section, select_slider, slider
 
 PRESET = train.INDUCTION_PRESET
 workers.warm()  # start the training processes while the student reads the page
@@ -74,15 +74,25 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int) -> None:
             heads_box.plotly_chart(heads, key=f"heads_{p.step}")
         curves_box.plotly_chart(curves, key=f"curves_{p.step}")
 
-    with train.QUEUE.slot(waiting):
-        clock["start"] = time.monotonic()
-        model, history = workers.run(fn, kwargs, on_progress=evaluated, on_step=step_done)
-        seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
+    try:
+        with train.QUEUE.slot(waiting):
+            clock["start"] = time.monotonic()
+            model, history = workers.run(fn, kwargs, on_progress=evaluated, on_step=step_done)
+            seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
+    except (ValueError, RuntimeError) as error:  # a refused size, a worker that died: say so, keep the page
+        progress.empty()
+        st.error(f"Training stopped: {error}")
+        return
     st.session_state["trained_count"] = st.session_state.get("trained_count", 0) + 1
     label = f"trained #{st.session_state['trained_count']}: {label}"
     add_session_model(label, model)
-    st.session_state["last_trained"] = {"label": label, "history": history, "seconds": seconds,
-                                        "last": reports[-1], "length": length, "preset": task == PRESET.name}
+    preset = task == PRESET.name
+    digest, shared = zoo.from_checkpoint(model)
+    circuit = section(induction.induction_circuit, ("session", digest), shared) if preset else None
+    st.session_state["last_trained"] = {"label": label, "history": history, "seconds": seconds, "last": reports[-1],
+                                        "length": length, "preset": preset, "circuit": circuit}
+    if preset:  # the Circuits page's two-layer section opens on this model (the sidebar selects it)
+        st.session_state["c_model_attn-only-2l"] = "the sidebar's model"
     st.rerun()
 
 
@@ -91,9 +101,10 @@ task = st.radio("what to train", [PRESET.name, "your own model"], key="t_task", 
 seed = st.session_state["seed"]
 if task == PRESET.name:
     st.markdown(
-        f"**The copying task** (synthetic, not text): {PRESET.description}. A two-layer model can solve it only with "
-        "an **induction circuit**: a layer-0 head that looks at the previous token, and a layer-1 head that finds the "
-        "earlier copy of the current token and copies what came after it. Press the button and watch both heads form: "
+        f"**The copying task** (synthetic, not text): {PRESET.description}. A two-layer model can solve it with an "
+        "**induction circuit** (Olsson et al. 2022): a layer-0 head that looks at the previous token, and a layer-1 head "
+        "that finds the earlier copy of the current token and copies what came after it; the LSTM page's controls show "
+        "what one layer and an LSTM reach on the same task. Press the button and watch both heads form: "
         "the first as a diagonal just below the main one, the second as a stripe in the second copy. Training stops "
         f"once the best induction score reaches {PRESET.induction_target} beside a previous-token head ≥ "
         f"{PREV_TOKEN_MIN}, or after {PRESET.steps:,} steps.")
@@ -151,10 +162,10 @@ else:
     if st.button("Train", type="primary", icon=":material/play_arrow:"):
         extras = "".join([", MLP" if mlp else "", ", LN" if ln else ""])
         length = (n_ctx - 1) // 2
-        watch = train.watch_sequence(cfg.d_vocab, length) if n_layers else None
         run(f"{n_layers}L×{n_heads}H d{d_model} ctx {n_ctx}{extras}, {data.SOURCES[source]}, {steps} steps, lr {lr:g}, "
             f"seed {seed}", steps, train.train, {"cfg": cfg, "data": batches, "steps": steps, "lr": lr, "seed": seed,
-                                                 "tokenizer": tokenizer, "eval_every": max(1, steps // 40), "watch": watch},
+                                                 "tokenizer": tokenizer, "eval_every": max(1, steps // 40),
+                                                 "watch": length if n_layers else None},
             length)
 
 last = st.session_state.get("last_trained")
@@ -168,14 +179,17 @@ if last and last["label"] in st.session_state.get("session_models", {}):
     right.plotly_chart(figures.training_curves(last["history"]))
     scores = f"induction score {final['induction']:.2f}, previous-token score {final['prev_token']:.2f}" if "induction" in final else ""
     if last["preset"]:
-        formed = PRESET.formed(report)
-        (st.success if formed else st.warning)(
-            (f"The induction circuit formed in **{report.elapsed_s:.1f} s** ({report.step:,} steps, evaluations "
-             f"included): {scores}." if formed else f"No induction circuit after {report.step:,} steps "
-             f"({report.elapsed_s:.1f} s): {scores}.") + " It is in the sidebar's model list for this session.")
-        st.session_state["c_model_attn-only-2l"] = "the sidebar's model"
-        st.page_link("app_pages/circuits.py", label="Read its circuit on the Circuits page (two layers)",
-                     query_params={"section": "two layers"}, icon=":material/arrow_forward:")
+        c, formed = last["circuit"], PRESET.formed(report)
+        stopped = (f"Training stopped at step {report.step:,} after {report.elapsed_s:.1f} s (evaluations included): "
+                   f"{scores}, {'past' if formed else 'short of'} the preset's bar. ")
+        found = (f"The circuit check finds it: {c.previous} is a previous-token head ({c.previous_score:.2f}), "
+                 f"{c.induction} an induction head ({c.induction_score:.2f}) that falls to {c.ablated_score:.2f} "
+                 f"with {c.previous} ablated." if c.found else "The circuit check finds no induction circuit: "
+                 + "; ".join(c.missing) + ".")
+        (st.success if c.found else st.warning)(stopped + found + " It is in the sidebar's model list for this session.")
+        if c.found:
+            st.page_link("app_pages/circuits.py", label="Read its circuit on the Circuits page (two layers)",
+                         query_params={"section": "two layers"}, icon=":material/arrow_forward:")
     else:
         st.success(f"Final loss {final['loss']:.3f} nats/token, second-repeat loss {final['repeat_loss']:.3f}"
                    f"{' · ' + scores if scores else ''}. Training took {last['seconds']:.1f} s here "

@@ -72,10 +72,10 @@ async def press_preset(port: int) -> float:
     await trainer.connect()
     await trainer.rerun()
     await trainer.rerun(press="Watch an induction head form")   # trains, then st.rerun()s to show the result
-    while not any("formed in" in t or "No induction circuit" in t for t in trainer.texts):
+    while not any("Training stopped at step" in t for t in trainer.texts):
         await trainer.rerun()
-    found = re.search(r"formed in \*\*([\d.]+) s\*\*", trainer.texts[-1])
-    return float(found.group(1)) if found else float("nan")
+    found = re.search(r"Training stopped at step [\d,]+ after ([\d.]+) s", trainer.texts[-1])
+    return float(found.group(1))
 
 
 async def measure(port: int, students: int) -> None:

@@ -265,12 +265,12 @@ def loss_curves(losses: dict[str, np.ndarray], labels: list[str], split: int) ->
 def heads_forming(patterns: np.ndarray, step: int, length: int) -> go.Figure:
     """Every head's attention on one repeated sequence (<bos>, a segment of ``length``, the segment again) at a
     training step: patterns [layer head query_pos key_pos], one panel per head. A previous-token head lights the
-    diagonal just below the main one; an induction head a stripe ``length`` − 1 below it, from the second copy."""
+    diagonal just below the main one; an induction head a stripe ``length`` − 1 below the main one, in the second copy."""
     from plotly.subplots import make_subplots
 
     layers, heads = patterns.shape[:2]
     fig = make_subplots(rows=layers, cols=heads, subplot_titles=[f"L{l}H{h}" for l in range(layers) for h in range(heads)],
-                        horizontal_spacing=0.08, vertical_spacing=0.12)
+                        horizontal_spacing=min(0.08, 0.5 / max(1, heads - 1)), vertical_spacing=0.12)
     for layer in range(layers):
         for head in range(heads):
             fig.add_trace(go.Heatmap(z=patterns[layer, head], zmin=0, zmax=1, colorscale="Blues", showscale=False,

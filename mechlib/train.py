@@ -45,7 +45,7 @@ class Progress:
     metrics: dict[str, float]   # induction.evaluate or copying.metrics: repeat_loss, induction, prev_token
     elapsed_s: float            # since the first step, evaluations included
     evaluation_s: float         # of which spent in evaluations
-    patterns: np.ndarray | None = None  # [layer head query_pos key_pos]: every head's attention on ``watch``, if given
+    patterns: np.ndarray | None = None  # [layer head query_pos key_pos]: every head's attention on the watched sequence
 
 
 @dataclass
@@ -86,7 +86,7 @@ def adamw(model: Transformer | LSTM, lr: float, weight_decay: float) -> torch.op
 def watch_sequence(d_vocab: int, length: int) -> Tensor:
     """One fixed sequence to draw heads on as they form, [1 1 + 2·length]: <bos>, a random segment, the segment
     again. A previous-token head lights the diagonal just below the main one, an induction head a stripe
-    ``length`` − 1 further below it, in the second copy."""
+    ``length`` − 1 below the main one, in the second copy."""
     return induction.repeated_sequences(d_vocab, length, 1, WATCH_SEED)
 
 
@@ -100,15 +100,15 @@ def watched_patterns(model: Transformer, tokens: Tensor) -> np.ndarray:
 def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,
           warmup: int = 50, weight_decay: float = 0.01, clip: float | None = 1.0, eval_every: int = 50,
           on_progress: Callable[[Progress], None] | None = None, on_step: Callable[[int], None] | None = None,
-          until: Callable[[Progress], bool] | None = None, watch: Tensor | None = None, checkpoint_every: int | None = None,
+          until: Callable[[Progress], bool] | None = None, watch: int | None = None, checkpoint_every: int | None = None,
           checkpoint_dir: Path | None = None, tokenizer: Tokenizer | None = None) -> TrainResult:
     """Train a new model of ``cfg`` on ``data`` with AdamW (warm-up, cosine decay, gradient clipping).
 
     Every ``eval_every`` steps (and at the last) the model is scored and the metrics passed to ``on_progress``:
     on the copying task (``CopyingTask``), the loss counts only the predictable positions and the scores come from
     a fixed batch of the same task (``copying.metrics``); on other data, from repeated random sequences
-    (``induction.evaluate``). With ``watch`` (token ids [1 pos], a transformer with layers), every evaluation also
-    records every head's attention pattern on that one sequence, to draw heads forming live. Training stops early
+    (``induction.evaluate``). With ``watch`` (a segment length; a transformer with layers), every evaluation also
+    records every head's attention pattern on ``watch_sequence(d_vocab, watch)``, to draw heads forming live. Training stops early
     after an evaluation for which ``until(progress)`` is True.
     ``on_step(step)`` is called after every step (cheap; an app checks there whether its user left, so a stop
     takes effect within a step). Every ``checkpoint_every`` steps the model is written, atomically, to
@@ -127,6 +127,7 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
     else:
         evaluate = lambda: induction.evaluate(model)  # noqa: E731
     result, start, evaluation_s = TrainResult(model), time.perf_counter(), 0.0
+    watched = None if watch is None else watch_sequence(cfg.d_vocab, watch)                # [1 1 + 2·watch]
 
     def checkpoint(step: int) -> None:
         if checkpoint_every and checkpoint_dir is not None and step % checkpoint_every == 0:
@@ -149,7 +150,7 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
         if step % eval_every == 0 or step == steps:
             began = time.perf_counter()
             model.eval()
-            metrics, patterns = evaluate(), None if watch is None else watched_patterns(model, watch)
+            metrics, patterns = evaluate(), None if watched is None else watched_patterns(model, watched)
             model.train()
             evaluation_s += time.perf_counter() - began
             result.history.append({"step": step, "loss": loss.item(), **metrics})
@@ -184,16 +185,12 @@ class Preset:
         """The circuit has formed: induction score ≥ ``induction_target`` and a previous-token head ≥ PREV_TOKEN_MIN."""
         return progress.metrics["induction"] >= self.induction_target and progress.metrics["prev_token"] >= PREV_TOKEN_MIN
 
-    def watch(self) -> Tensor:
-        """The sequence its heads are drawn on as they form: ``watch_sequence`` with its longest segment."""
-        return watch_sequence(self.cfg.d_vocab, self.data.length)
-
     def train(self, seed: int = 0, **callbacks) -> TrainResult:
         """Train this recipe's model from ``seed`` (its weights and its batches) until it has ``formed`` the circuit or
-        run ``steps``, drawing patterns on ``watch()``; ``callbacks`` as ``train``'s."""
+        run ``steps``, recording patterns on the repeated sequence of its longest segment; ``callbacks`` as ``train``'s."""
         return train(dataclasses.replace(self.cfg, seed=seed), self.data, self.steps, lr=self.lr,
                      batch_size=self.batch_size, seed=seed, warmup=self.warmup, weight_decay=self.weight_decay,
-                     clip=self.clip, eval_every=self.eval_every, until=self.formed, watch=self.watch(), **callbacks)
+                     clip=self.clip, eval_every=self.eval_every, until=self.formed, watch=self.data.length, **callbacks)
 
 
 # From a sweep on 2 CPU cores (steps to an induction score of 0.9, 3–5 seeds each): context 33 (the longest
@@ -291,7 +288,8 @@ def recipe_data(recipe: zoo.Recipe) -> tuple[Tokenizer | None, Data]:
 
 
 def train_recipe(name: str, **callbacks) -> TrainResult:
-    """Train zoo model ``name`` from scratch by its recipe, deterministically (with one thread), without writing it;
+    """Train zoo model ``name`` from scratch by its recipe, without writing it (deterministic for a given number of
+    threads; ``main`` sets one);
     ``callbacks`` as ``train``'s. A zero-layer model is fitted full-batch to the bigram table of its text
     (``fit_zero_layer``), with no steps to report on."""
     recipe = zoo.RECIPES[name]

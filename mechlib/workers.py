@@ -7,14 +7,16 @@ a page (``bench/class_load.py``). A worker process has its own interpreter. ``ru
 picklable callable returning a ``train.TrainResult`` and taking ``on_progress``/``on_step``), relays its progress
 reports back to the calling thread, and stops it at its next step if the caller leaves (a closed tab).
 The pool keeps ``train.QUEUE.limit`` workers, started with "spawn" on first use and kept, so torch is imported
-once per worker, not once per training.
+once per worker, not once per training; if one dies, the next training starts a new pool.
 """
 
 import multiprocessing
+import pickle
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import torch
 
@@ -31,9 +33,16 @@ class Cancelled(Exception):
     """The caller left: the worker stopped training at a step boundary."""
 
 
-def _ready() -> bool:
+def _start_worker() -> None:
+    """Once per worker: import torch and mechlib, and train on one thread. Beside two students rerunning a page on
+    2 cores (``bench/class_load.py``), the preset took 5.0 s on one thread against 38 s on two, whose threads wait
+    on each other while the pages hold the cores."""
     import mechlib.train  # noqa: F401  (the import is the work: torch and mechlib, once per worker)
 
+    torch.set_num_threads(1)
+
+
+def _ready() -> bool:
     return True
 
 
@@ -43,10 +52,18 @@ def _pool() -> tuple[ProcessPoolExecutor, object]:
         if not _shared:
             context = multiprocessing.get_context("spawn")
             _shared["manager"] = context.Manager()
-            _shared["pool"] = ProcessPoolExecutor(QUEUE.limit, mp_context=context)
+            _shared["pool"] = ProcessPoolExecutor(QUEUE.limit, mp_context=context, initializer=_start_worker)
             for _ in range(QUEUE.limit):
                 _shared["pool"].submit(_ready)
         return _shared["pool"], _shared["manager"]
+
+
+def _forget(pool: ProcessPoolExecutor) -> None:
+    """A worker or the manager died (killed for memory, say): drop them, so the next training starts new ones."""
+    with _lock:
+        if _shared.get("pool") is pool:
+            _shared.clear()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def warm() -> None:
@@ -56,20 +73,24 @@ def warm() -> None:
 
 
 def _work(fn: Callable[..., TrainResult], kwargs: dict, messages, cancel) -> tuple[bytes, list[dict[str, float]]]:
-    """In the worker: train on one thread, putting every progress report (and every 10th step) on ``messages``;
-    stop when ``cancel`` is set. Returns the model as safetensors bytes and the evaluation history.
+    """In the worker: train, putting every progress report (and every 10th step) on ``messages`` as pickled bytes
+    (so the manager, which only passes them on, never imports torch); stop when ``cancel`` is set. Returns the model
+    as safetensors bytes and the evaluation history."""
 
-    One thread: beside two students rerunning a page on 2 cores (``bench/class_load.py``), the preset took 5.0 s
-    on one thread against 38 s on two, whose threads wait on each other while the pages hold the cores."""
+    def check(step: int) -> None:
+        if cancel.is_set():
+            raise Cancelled(f"stopped at step {step}")
 
     def on_step(step: int) -> None:
         if step % 10 == 0:  # each is a round trip to the manager: ten steps take about 0.15 s
-            if cancel.is_set():
-                raise Cancelled(f"stopped at step {step}")
-            messages.put(("step", step))
+            check(step)
+            messages.put(("step", pickle.dumps(step)))
 
-    torch.set_num_threads(1)
-    result = fn(**kwargs, on_progress=lambda progress: messages.put(("progress", progress)), on_step=on_step)
+    def on_progress(progress: Progress) -> None:
+        check(progress.step)
+        messages.put(("progress", pickle.dumps(progress)))
+
+    result = fn(**kwargs, on_progress=on_progress, on_step=on_step)
     return io.to_bytes(result.model), result.history
 
 
@@ -78,10 +99,14 @@ def run(fn: Callable[..., TrainResult], kwargs: dict, on_progress: Callable[[Pro
     """``fn(**kwargs, on_progress=…, on_step=…)`` in a worker process: (the trained model as safetensors bytes, its
     history). ``on_progress(progress)`` and ``on_step(step)`` (every 10th step) run here, in the caller's thread;
     if either raises, or the caller is stopped, the worker stops within ten steps. Errors in the training (a refused
-    size, say) are raised here."""
+    size, say) are raised here; a worker that died raises ``RuntimeError`` and the next training gets a new one."""
     pool, manager = _pool()
-    messages, cancel = manager.Queue(), manager.Event()
-    future = pool.submit(_work, fn, kwargs, messages, cancel)
+    try:
+        messages, cancel = manager.Queue(), manager.Event()
+        future = pool.submit(_work, fn, kwargs, messages, cancel)
+    except (BrokenProcessPool, OSError, EOFError) as error:
+        _forget(pool)
+        raise RuntimeError("the training processes had stopped; they are restarted: press the button again") from error
     try:
         while True:
             try:
@@ -90,6 +115,13 @@ def run(fn: Callable[..., TrainResult], kwargs: dict, on_progress: Callable[[Pro
                 if future.done() and messages.empty():  # every put happens before the worker returns
                     return future.result()
                 continue
-            (on_progress if kind == "progress" else on_step)(value)
+            (on_progress if kind == "progress" else on_step)(pickle.loads(value))
+    except (BrokenProcessPool, OSError, EOFError) as error:
+        _forget(pool)
+        raise RuntimeError("the training process stopped unexpectedly (out of memory?); press the button again") from error
     finally:
-        cancel.set()
+        future.cancel()  # not started yet: never starts
+        try:
+            cancel.set()  # started: stops within ten steps
+        except (OSError, EOFError):
+            pass  # the manager is gone, and the worker with it

@@ -23,12 +23,15 @@ def test_the_preset_forms_an_induction_circuit_drawn_live_and_offers_it_to_the_c
     last = at.session_state["last_trained"]
     report = last["last"]
     assert last["preset"] and at.session_state["model"] == last["label"] and report.patterns.shape == (2, 1, 33, 33)
-    message = next(s.value for s in at.success if "induction circuit formed" in s.value)
-    seconds, steps, induction, previous = re.search(
-        r"formed in \*\*([\d.]+) s\*\* \(([\d,]+) steps, evaluations included\): induction score (\d\.\d\d), "
-        r"previous-token score (\d\.\d\d)", message).groups()
+    message = next(s.value for s in at.success if "The circuit check finds it" in s.value)
+    steps, seconds, induction, previous = re.search(
+        r"Training stopped at step ([\d,]+) after ([\d.]+) s \(evaluations included\): induction score (\d\.\d\d), "
+        r"previous-token score (\d\.\d\d), past the preset's bar", message).groups()
     assert float(seconds) == round(report.elapsed_s, 1) and int(steps) == report.step == last["history"][-1]["step"]
     assert float(induction) >= 0.9 and float(previous) >= 0.5
+    c = last["circuit"]
+    assert c.found and f"{c.induction} an induction head ({c.induction_score:.2f}) that falls to {c.ablated_score:.2f}" in message
+    assert c.ablated_score < 0.2 and at.get("page_link")  # the link to the Circuits page
     assert at.session_state["c_model_attn-only-2l"] == "the sidebar's model"  # the Circuits page opens on it
 
 
@@ -37,9 +40,11 @@ def test_a_preset_run_that_has_not_formed_the_circuit_says_so(monkeypatch):
     at = open_page("app_pages/train.py")
     at.button[0].click().run(timeout=120)
     assert not at.exception, at.exception
-    assert not any("formed" in s.value for s in at.success)
-    assert any(re.search(r"No induction circuit after 25 steps \([\d.]+ s\): induction score 0\.\d\d", w.value)
-               for w in at.warning)
+    assert not at.success and not at.get("page_link")
+    warning = at.warning[0].value
+    assert re.search(r"Training stopped at step 25 after [\d.]+ s \(evaluations included\): induction score 0\.\d\d, "
+                     r"previous-token score 0\.\d\d, short of the preset's bar\. The circuit check finds no induction "
+                     r"circuit: ", warning)
 
 
 def test_defaults_show_sizes_memory_and_queue():

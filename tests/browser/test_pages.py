@@ -86,7 +86,7 @@ def test_the_preset_forms_an_induction_head_live_and_opens_on_the_circuits_page(
     assert no_exception(page) and "The copying task" in page.inner_text("body")
     button.click()
     page.get_by_text("Every head's attention at step").first.wait_for(timeout=60_000)  # drawn while it trains
-    page.get_by_text("The induction circuit formed in").wait_for(timeout=120_000)
+    page.get_by_text("The circuit check finds it").wait_for(timeout=120_000)
     wait_for_app(page, charts=2)
     assert no_exception(page)
     assert "trained #1: watch an induction head form" in page.locator('[data-testid="stSidebar"]').inner_text()

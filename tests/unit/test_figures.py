@@ -62,3 +62,9 @@ def test_copy_losses_draws_each_model_and_marks_both_copies_and_the_references()
     assert shaded == [(0.5, 4.5), (4.5, 8.5)]
     assert [a.text for a in fig.layout.annotations] == ["first copy", "second copy"]
     assert "nats" in fig.layout.yaxis.title.text and fig.layout.xaxis.title.text == "position of the token predicted"
+
+
+def test_heads_forming_draws_sixteen_heads_a_layer():
+    """The Train page offers 16 heads a layer; plotly refuses a gap wider than 1 / (columns − 1)."""
+    fig = figures.heads_forming(np.zeros((2, 16, 9, 9)), 10, 4)
+    assert len(fig.data) == 32 and fig.layout.annotations[31].text == "L1H15"

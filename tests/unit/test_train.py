@@ -175,7 +175,7 @@ def test_watching_records_every_heads_pattern_on_the_watched_sequence_at_each_ev
     watch = train.watch_sequence(CFG.d_vocab, 5)
     assert watch.shape == (1, 11) and torch.equal(watch[0, 1:6], watch[0, 6:])
     seen = []
-    result = train.train(CFG, DATA, 20, eval_every=10, watch=watch, on_progress=seen.append)
+    result = train.train(CFG, DATA, 20, eval_every=10, watch=5, on_progress=seen.append)
     assert [p.patterns.shape for p in seen] == [(2, 2, 11, 11)] * 2
     _, cache = result.model.run_with_cache(watch)
     assert np.allclose(seen[-1].patterns[1, 0], cache["blocks.1.attn.hook_pattern"][0, 0].numpy())

@@ -13,7 +13,7 @@ from mechlib.device import BudgetError
 
 CFG = ModelConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=20, n_ctx=24, seed=3)
 DATA = WithRepeats(RandomTokens(20), lengths=(4, 5, 6, 7))
-KWARGS = {"cfg": CFG, "data": DATA, "steps": 40, "seed": 7, "eval_every": 10, "watch": train.watch_sequence(20, 5)}
+KWARGS = {"cfg": CFG, "data": DATA, "steps": 40, "seed": 7, "eval_every": 10, "watch": 5}
 
 
 def test_a_worker_trains_the_model_a_thread_would_and_relays_every_report():

@@ -3,6 +3,7 @@
 import threading
 import time
 import typing
+from collections import OrderedDict
 
 import pytest
 import torch
@@ -91,3 +92,18 @@ def test_the_declared_model_type_covers_every_zoo_model_and_nothing_else():
     assert declared == zoo.Model == typing.get_type_hints(zoo.load_snapshot)["return"]
     assert typing.get_type_hints(zoo._cached)["return"] == zoo.Model
     assert {type(zoo.load(name)) for name in zoo.names()} == set(typing.get_args(zoo.Model))
+
+
+def test_the_cache_is_bounded_by_bytes_and_keeps_the_newest(monkeypatch):
+    """Three models of about 0.8 MB each under a 2 MB bound: the least recently used goes, whatever its kind."""
+    configs = [ModelConfig(n_layers=1, d_model=64, n_heads=2, d_vocab=1500, n_ctx=8, seed=900 + i) for i in range(3)]
+    size = zoo.model_mb(Transformer(configs[0]))
+    assert 0.7 < size < 0.9  # 2 · 1500 · 64 + … numbers of 4 bytes
+    monkeypatch.setattr(zoo, "_models", OrderedDict())  # an empty cache for this test, the shared one untouched
+    monkeypatch.setattr(zoo, "cache_mb", lambda: 2.0)
+    first, second = zoo.random_model(configs[0]), zoo.random_model(configs[1])
+    zoo.random_model(configs[0])                          # used again: now the second is the least recent
+    zoo.random_model(configs[2])
+    keys = [key for key in zoo._models if key[0] == "random" and key[1] in configs]
+    assert [key[1] for key in keys] == [configs[0], configs[2]]  # the second went
+    assert zoo.random_model(configs[0]) is first

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from mechlib import data, induction, loss, lstm, residual, zoo
 from mechlib.checks import LOSS_TIE, Check, compare, model_tolerance
+from mechlib.device import to_numpy
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
@@ -107,16 +108,16 @@ def side_by_side(ids: tuple[int, ...]) -> SideBySide:
     shares = book.terms[:, 0, -1].cpu() @ (final / final.norm())              # [component]
     return SideBySide(
         labels=data.token_labels(transformer.tokenizer, ids),
-        cell=cell.T.numpy(), input_gate=states["L0.input"][0].T.cpu().numpy(),
-        output_gate=states["L0.output"][0].T.cpu().numpy(),
-        forget=forget.flatten().numpy(), forget_median=float(forget.quantile(0.5)),
+        cell=to_numpy(cell.T), input_gate=to_numpy(states["L0.input"][0].T),
+        output_gate=to_numpy(states["L0.output"][0].T),
+        forget=to_numpy(forget.flatten()), forget_median=float(forget.quantile(0.5)),
         forget_open_share=float((forget > FORGET_OPEN).double().mean()),
-        step_shares=(contributions @ (cell[-1] / cell[-1].norm())).numpy(), cell_norm=float(cell[-1].norm()),
+        step_shares=to_numpy(contributions @ (cell[-1] / cell[-1].norm())), cell_norm=float(cell[-1].norm()),
         cell_check=cell_check(states, model_tolerance(rnn)),
-        depth=residual.boundaries(transformer, cache)[:, 0].norm(dim=-1).cpu().numpy(),
-        patterns=induction.stacked_patterns(cache, n)[:, 0].numpy(),
-        messages=cache[f"blocks.{n - 1}.attn.hook_result"][0].norm(dim=-1).T.cpu().numpy(),
-        component_labels=book.labels, component_shares=shares.numpy(), resid_norm=float(final.norm()),
+        depth=to_numpy(residual.boundaries(transformer, cache)[:, 0].norm(dim=-1)),
+        patterns=to_numpy(induction.stacked_patterns(cache, n)[:, 0]),
+        messages=to_numpy(cache[f"blocks.{n - 1}.attn.hook_result"][0].norm(dim=-1).T),
+        component_labels=book.labels, component_shares=to_numpy(shares), resid_norm=float(final.norm()),
         resid_check=residual.ledger_check(transformer, tokens, book).residual,
         cancelling=[label for label, share in zip(book.labels, shares.tolist()) if share < 0],
         cancelled=float(shares.clamp(max=0).sum()),
@@ -155,8 +156,8 @@ def separating_test(length: int, seed: int) -> SeparatingTest:
     """Loss at each position of TEST_BATCH repeated random sequences (segment ``length``), for both models."""
     rnn, transformer = _models()
     tokens = induction.repeated_sequences(transformer.cfg.d_vocab, length, TEST_BATCH, seed)  # [batch 1+2L]
-    losses = {NAMES[TRANSFORMER]: induction.loss_by_position(transformer, tokens).numpy(),
-              NAMES[RNN]: induction.loss_by_position(rnn, tokens).numpy()}
+    losses = {NAMES[TRANSFORMER]: to_numpy(induction.loss_by_position(transformer, tokens)),
+              NAMES[RNN]: to_numpy(induction.loss_by_position(rnn, tokens))}
     first = {name: float(values[1:length].mean()) for name, values in losses.items()}
     second = {name: float(values[length + 1 : 2 * length].mean()) for name, values in losses.items()}
     repeat = rank(second)

@@ -16,7 +16,7 @@ from mechlib import bigrams, residual
 from mechlib.bigrams import Ceiling
 from mechlib.checks import BIGRAM_GAP_MAX, BIGRAM_KL_SHARE, Check, above_random_bar, compare, model_tolerance
 from mechlib.data import bigram_distribution, builtin_text, token_labels
-from mechlib.device import require_budget
+from mechlib.device import require_budget, to_numpy
 from mechlib.factored import FactoredMatrix
 from mechlib.model import Cache, Transformer
 
@@ -80,8 +80,8 @@ def zero_layer(model: Transformer) -> ZeroLayer:
                    for i in range(len(ids))]
     bound = BIGRAM_KL_SHARE * ceiling.entropy
     return ZeroLayer(ceiling, bound, ceiling.model_kl <= bound, ceiling.model_kl <= ceiling.best_fit_kl + BIGRAM_GAP_MAX,
-                     ids, token_labels(tokenizer, ids), next_tokens, model_probs[table][:, table].numpy(),
-                     corpus_probs[table][:, table].numpy())
+                     ids, token_labels(tokenizer, ids), next_tokens, to_numpy(model_probs[table][:, table]),
+                     to_numpy(corpus_probs[table][:, table]))
 
 
 def qk_circuit(model: Transformer, layer: int, head: int) -> FactoredMatrix:
@@ -369,8 +369,8 @@ def composition(model: Transformer) -> Composition:
     writers = [head_label(layer, head) for layer in range(L - 1) for head in range(H)]
     readers = [head_label(layer, head) for layer in range(1, L) for head in range(H)]
     earlier = np.arange(L - 1).repeat(H)[:, None] < np.arange(1, L).repeat(H)[None, :]  # [writer reader]
-    scores = {mode: np.where(earlier, composition_scores(model, mode)[:-1, :, 1:].reshape((L - 1) * H, (L - 1) * H)
-                             .double().cpu().numpy(), np.nan) for mode in MODES}
+    scores = {mode: np.where(earlier, to_numpy(composition_scores(model, mode)[:-1, :, 1:]
+                                                          .reshape((L - 1) * H, (L - 1) * H).double()), np.nan) for mode in MODES}
     chance, tested = random_composition(cfg.d_model, cfg.d_head), int(earlier.sum())
     bar = chance.bar(tested)                  # the top pairs are picked from all of them: a family-wise bar
     pairs = [(float(scores[m][a, b]), m, a, b) for m in MODES for a, b in zip(*earlier.nonzero())]
@@ -468,20 +468,20 @@ def one_layer(model: Transformer, head: int, ids: tuple[int, ...]) -> OneLayer:
     head's OV eigenvalues and copying score; the path expansion of the prompt ``ids`` (without LayerNorm)."""
     vocabulary = frequent_tokens(model, TRIGRAM_VOCABULARY)
     table, tokenizer = vocabulary[:TABLE_TOKENS], model.tokenizer
-    qk = qk_circuit(model, 0, head).rows(table).columns(table).dense().double().cpu().numpy()
-    ov = ov_circuit(model, 0, head).rows(table).columns(table).dense().double().cpu().numpy()
+    qk = to_numpy(qk_circuit(model, 0, head).rows(table).columns(table).dense().double())
+    ov = to_numpy(ov_circuit(model, 0, head).rows(table).columns(table).dense().double())
     trigrams = [(*token_labels(tokenizer, [s, d, o]), q, v) for s, d, o, q, v in
                 skip_trigrams(model, 0, head, vocabulary[:TRIGRAM_DESTINATIONS], vocabulary,
                               per_destination=min(2, len(vocabulary)))[:TRIGRAMS]]
     cfg, eigenvalues = model.cfg, torch.stack([ov_eigenvalues(model, 0, h) for h in range(model.cfg.n_heads)]).cpu()
-    copying, bar = copying_score(eigenvalues).numpy(), random_copying(cfg.d_vocab, cfg.d_model, cfg.d_head).bar(cfg.n_heads)
+    copying, bar = to_numpy(copying_score(eigenvalues)), random_copying(cfg.d_vocab, cfg.d_model, cfg.d_head).bar(cfg.n_heads)
     labels, norms, check = [], None, None
     if cfg.normalization is None:
         tokens = torch.tensor([ids])                                            # [batch=1 pos]
         _, cache = model.run_with_cache(tokens)
         labels, paths = path_expansion(model, cache)                            # [path batch pos d_vocab]
         check = compare(paths.sum(0), model(tokens), model_tolerance(model))
-        norms = paths[:, 0].norm(dim=-1).mean(-1).double().cpu().numpy()
+        norms = to_numpy(paths[:, 0].norm(dim=-1).mean(-1).double())
     return OneLayer(token_labels(tokenizer, table), qk, ov, trigrams,
-                    {head_label(0, h): e.numpy() for h, e in enumerate(eigenvalues)}, copying, bar, int((copying > bar).sum()),
+                    {head_label(0, h): to_numpy(e) for h, e in enumerate(eigenvalues)}, copying, bar, int((copying > bar).sum()),
                     labels, norms, check)

@@ -18,6 +18,7 @@ from torch import Tensor
 from mechlib import zoo
 from mechlib.checks import EARLIER_MARGIN, GAP_MIN, NOTHING_MARGIN
 from mechlib.data import Copies
+from mechlib.device import to_numpy
 from mechlib.induction import loss_by_position, previous_token_scores, repeated_sequences, stacked_patterns
 from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
@@ -105,7 +106,7 @@ def compare(models: dict[str, Transformer | LSTM], seed: int) -> Controls:
     tokens = repeated_sequences(two.cfg.d_vocab, length, CONTROL_BATCH, seed)            # [batch 1 + 2·length]
     copies = Copies(tokens, torch.ones(CONTROL_BATCH, dtype=torch.long), torch.full((CONTROL_BATCH,), length))
     second = copies.predictable[0]                                                       # [2·length]
-    losses = {role: loss_by_position(model, tokens).numpy() for role, model in models.items()}
+    losses = {role: to_numpy(loss_by_position(model, tokens)) for role, model in models.items()}
     first_copy = {role: float(values[:length].mean()) for role, values in losses.items()}
     second_copy = {role: float(values[second].mean()) for role, values in losses.items()}
     earlier, s = float(earlier_token_loss(tokens)[copies.predictable].mean()), second_copy  # s: for the verdicts

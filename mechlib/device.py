@@ -10,9 +10,10 @@ import statistics
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
-__all__ = ["DEVICE", "BudgetError", "budget_mb", "require_budget", "device_label", "median_ms"]
+__all__ = ["DEVICE", "to_numpy", "BudgetError", "budget_mb", "require_budget", "device_label", "median_ms"]
 
 
 def _pick_device() -> torch.device:
@@ -31,6 +32,12 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 torch.set_float32_matmul_precision("highest")
 torch.set_num_threads(int(os.environ.get("MECHLIB_THREADS", os.cpu_count() or 1)))
+
+
+def to_numpy(x: torch.Tensor) -> np.ndarray:
+    """The one tensor → numpy conversion of the page experiments: detached and copied to the CPU first,
+    so it holds for tensors on any device (``.numpy()`` of a CUDA tensor raises)."""
+    return x.detach().cpu().numpy()
 
 
 class BudgetError(ValueError):

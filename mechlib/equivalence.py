@@ -16,7 +16,7 @@ import torch
 from mechlib import attention
 from mechlib.checks import TOLERANCE, Check, compare
 from mechlib.config import ModelConfig
-from mechlib.device import DEVICE, budget_mb, median_ms, require_budget
+from mechlib.device import DEVICE, budget_mb, median_ms, require_budget, to_numpy
 
 __all__ = ["SEED_SIZES", "EquivalenceResult", "steps", "estimate_mb", "lookup_mb", "run", "wo_row_owner",
            "concatenated_W_O", "wo_block_check"]
@@ -147,8 +147,8 @@ def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: in
     at = per_head[0, position]                                     # [head d_model]
     return EquivalenceResult(
         checks=checks, time_ms=time_ms, lookups=lookups, lookup_mb=lookup_sizes,
-        head_norms=at.norm(dim=-1).cpu().double().numpy(), head_results=at.cpu().double().numpy(),
-        attn_out=concat[0, position].cpu().double().numpy(),
+        head_norms=to_numpy(at.norm(dim=-1).double()), head_results=to_numpy(at.double()),
+        attn_out=to_numpy(concat[0, position].double()),
         position_check=compare(at.sum(0), concat[0, position], TOLERANCE[dtype]),
         wo_block_check=wo_block_check(Wo, concatenated_W_O(Wo), TOLERANCE[dtype]),
     )

@@ -14,6 +14,7 @@ from torch import Tensor
 from mechlib import circuits, zoo
 from mechlib.checks import ABLATION_DROP_MIN, INDUCTION_MIN, PREV_TOKEN_MIN
 from mechlib.config import ModelConfig
+from mechlib.device import to_numpy
 from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
@@ -232,7 +233,7 @@ def induction_circuit(model: Transformer) -> InductionCircuit:
 def _example_patterns(model: Transformer, seed: int) -> np.ndarray:
     """Every head's pattern on one repeated random sequence from ``seed``: [layer head query_pos key_pos]."""
     _, cache = model.run_with_cache(repeated_sequences(model.cfg.d_vocab, eval_length(model.cfg.n_ctx), 1, seed))
-    return stacked_patterns(cache, model.cfg.n_layers)[:, 0].numpy()
+    return to_numpy(stacked_patterns(cache, model.cfg.n_layers)[:, 0])
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,7 @@ def two_layers(model: Transformer, seed: int) -> TwoLayers:
     _require_scorable(model.cfg)
     scores = head_scores(model)
     heads = [circuits.head_label(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
-    return TwoLayers(_example_patterns(model, seed), heads, {name: value.numpy() for name, value in scores.items()},
+    return TwoLayers(_example_patterns(model, seed), heads, {name: to_numpy(value) for name, value in scores.items()},
                      circuits.composition(model), _circuit(model, scores))
 
 

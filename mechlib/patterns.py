@@ -18,7 +18,7 @@ from torch import Tensor
 
 from mechlib import attention
 from mechlib.checks import RANK_ZERO, Check, compare, model_tolerance, tolerance_for
-from mechlib.device import median_ms
+from mechlib.device import median_ms, to_numpy
 from mechlib.model import Cache, Transformer
 from mechlib.residual import cache_of
 
@@ -91,7 +91,7 @@ def ranks(model: Transformer, layer: int, head: int) -> Ranks:
     attn, d_head = model.blocks[layer].attn, model.cfg.d_head
     W_QK = attention.W_QK(attn.W_Q[head : head + 1].double(), attn.W_K[head : head + 1].double())[0]
     W_OV = attention.W_OV(attn.W_V[head : head + 1].double(), attn.W_O[head : head + 1].double())[0]
-    spectra = {name: torch.linalg.svdvals(W).cpu().numpy() for name, W in (("W_QK", W_QK), ("W_OV", W_OV))}
+    spectra = {name: to_numpy(torch.linalg.svdvals(W)) for name, W in (("W_QK", W_QK), ("W_OV", W_OV))}
     top = {name: values[0] if values[0] > 0 else 1.0 for name, values in spectra.items()}
     return Ranks(spectra, {name: int((values > RANK_ZERO * top[name]).sum()) for name, values in spectra.items()},
                  {name: float(values[d_head:].max(initial=0.0) / top[name]) for name, values in spectra.items()},
@@ -144,7 +144,7 @@ def scores(model: Transformer, ids: tuple[int, ...], layer: int, head: int) -> S
     cached = cache[f"blocks.{layer}.attn.hook_attn_scores"][0, head]          # [query_pos key_pos]
     mine = scores_from_W_QK(model, cache, layer, head)[0]                     # [query_pos key_pos]
     causal = torch.isfinite(cached)
-    return Scores(mine.double().cpu().numpy(), cache[f"blocks.{layer}.attn.hook_pattern"][0, head].double().cpu().numpy(),
+    return Scores(to_numpy(mine.double()), to_numpy(cache[f"blocks.{layer}.attn.hook_pattern"][0, head].double()),
                   compare(mine[causal], cached[causal], model_tolerance(model)))
 
 
@@ -165,5 +165,5 @@ def messages(model: Transformer, ids: tuple[int, ...], layer: int, head: int, de
     sent = (v_input[0, : dest + 1] @ attn.W_V[head] + attn.b_V[head]) @ attn.W_O[head]   # [source d_model]
     weights = cache[f"blocks.{layer}.attn.hook_pattern"][0, head, dest, : dest + 1]       # [source]
     pushed = (sent @ model.unembed.W_U).topk(min(TOP_PUSHED, model.cfg.d_vocab), dim=-1).indices   # [source k]
-    return Messages(weights.double().cpu().numpy(), sent.norm(dim=-1).double().cpu().numpy(), pushed.cpu().tolist(),
+    return Messages(to_numpy(weights.double()), to_numpy(sent.norm(dim=-1).double()), pushed.cpu().tolist(),
                     compare(weights @ sent, cache[f"blocks.{layer}.attn.hook_result"][0, dest, head], model_tolerance(model)))

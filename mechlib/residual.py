@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX, Check, compare, model_tolerance
+from mechlib.device import to_numpy
 from mechlib.model import LN_EPS, Cache, Transformer
 
 __all__ = ["cache_of", "Ledger", "ledger", "final_residual", "boundaries", "unembed", "logit_lens", "direct_logit_attribution",
@@ -188,8 +189,8 @@ def ledger_at(model: Transformer, ids: tuple[int, ...], position: int) -> Ledger
     book = ledger(model, cache)
     terms = book.terms[:, 0, position]                                         # [component d_model]
     final = final_residual(model, cache)[0, position]                          # [d_model]
-    return LedgerAt(book.labels, (terms @ (final / final.norm())).double().cpu().numpy(),
-                    terms.norm(dim=-1).double().cpu().numpy(), float(final.norm()),
+    return LedgerAt(book.labels, to_numpy((terms @ (final / final.norm())).double()),
+                    to_numpy(terms.norm(dim=-1).double()), float(final.norm()),
                     ledger_check(model, torch.tensor([ids]), book))
 
 
@@ -210,7 +211,7 @@ def depth(model: Transformer, ids: tuple[int, ...]) -> Depth:
         if not model.cfg.attn_only:
             outputs[f"L{layer} MLP"] = cache[f"blocks.{layer}.hook_mlp_out"][0]
     added = np.array([float(out.norm(dim=-1).mean()) for out in outputs.values()])
-    return Depth(boundaries(model, cache)[:, 0].norm(dim=-1).double().cpu().numpy(), list(outputs), added)
+    return Depth(to_numpy(boundaries(model, cache)[:, 0].norm(dim=-1).double()), list(outputs), added)
 
 
 @dataclass(frozen=True)
@@ -232,8 +233,8 @@ def lens(model: Transformer, ids: tuple[int, ...], position: int) -> Lens:
     probs = read[:, position].double().softmax(-1)                             # [boundary d_vocab]
     top = probs.topk(min(LENS_TOP, model.cfg.d_vocab), dim=-1)
     following = ids[position + 1] if position + 1 < len(ids) else None
-    return Lens(top.indices.tolist(), top.values.cpu().numpy(), following,
-                probs[:, following].cpu().numpy() if following is not None else np.zeros(0),
+    return Lens(top.indices.tolist(), to_numpy(top.values), following,
+                to_numpy(probs[:, following]) if following is not None else np.zeros(0),
                 logits[position].topk(min(CANDIDATES, model.cfg.d_vocab)).indices.tolist(),
                 compare(read[-1], logits, model_tolerance(model)))
 
@@ -262,7 +263,7 @@ def attribution(model: Transformer, ids: tuple[int, ...], position: int, token: 
     logit = logits[token]
     if other is not None:
         shares, logit = shares - shares_of(other)[1], logit - logits[other]
-    return Attribution(labels, shares.double().cpu().numpy(), float(logit),
+    return Attribution(labels, to_numpy(shares.double()), float(logit),
                        compare(shares.sum(), logit, model_tolerance(model)))
 
 
@@ -305,5 +306,5 @@ def subspaces(model: Transformer) -> Subspaces:
     versus = ("" if not pairs else "vacuous" if k == cfg.d_model else "below" if mean < baseline - margin
               else "above" if mean > baseline + margin else "about")
     separate = "" if not pairs else "impossible" if least > SEPARATE_MAX else "yes" if largest <= SEPARATE_MAX else "no"
-    return Subspaces(labels, overlap.cpu().numpy(), pairs, mean, largest, k, baseline, margin, written,
+    return Subspaces(labels, to_numpy(overlap), pairs, mean, largest, k, baseline, margin, written,
                      written <= cfg.d_model, least, separate, versus)

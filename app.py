@@ -7,7 +7,7 @@ from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
-from shell import add_session_model, select_slider, session_model, slider
+from shell import add_session_model, clean_url_ints, select_slider, session_model, slider
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide")
 
@@ -22,15 +22,16 @@ PAGES = [
     st.Page("app_pages/lstm.py", title="The LSTM analogy", icon=":material/memory_alt:", url_path="lstm"),
     st.Page("app_pages/train.py", title="Train a model", icon=":material/model_training:", url_path="train"),
 ]
+URL_INTS = {"seed": (0, 2**31 - 1), "layers": (0, 4), "vocab": (2, 50_000), "ctx": (1, 2_048)}  # the sidebar's bounds
 
 
 def random_model_sizes() -> None:
     """Sizes of the sidebar's random model; the last valid config stays chosen when new sizes fail."""
-    layers = slider("layers", 0, 4, 2, key="layers")
+    layers = slider("layers", *URL_INTS["layers"], 2, key="layers")
     d_model = st.select_slider("d_model", [16, 32, 64, 128, 256, 512, 768, 1024], 64, key="d_model", bind="query-params")
     heads = select_slider("heads", divisors(d_model)[:12], 4, key="heads")
-    d_vocab = st.number_input("vocabulary size", 2, 50_000, 1_000, key="vocab", bind="query-params")
-    n_ctx = st.number_input("context length", 1, 2_048, 64, key="ctx", bind="query-params")
+    d_vocab = st.number_input("vocabulary size", *URL_INTS["vocab"], 1_000, key="vocab", bind="query-params")
+    n_ctx = st.number_input("context length", *URL_INTS["ctx"], 64, key="ctx", bind="query-params")
     mlp = st.toggle("MLP layers (d_mlp = 4 · d_model)", False, key="mlp", bind="query-params")
     ln = st.toggle("LayerNorm", False, key="ln", bind="query-params")
     try:
@@ -52,9 +53,13 @@ def upload_checkpoint() -> None:
         return
     data = upload.getvalue()
     try:
-        zoo.from_checkpoint(data)
+        model = zoo.from_checkpoint(data)[1]
     except CheckpointError as error:
         st.error(f"{upload.name}: {error}. The previous model stays selected.")
+        return
+    if not isinstance(model.cfg, ModelConfig):
+        st.error(f"{upload.name}: this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses "
+                 "its own models. The previous model stays selected.")
         return
     label = f"uploaded: {upload.name}"
     if st.session_state["session_models"].get(label) != data:
@@ -100,8 +105,9 @@ def model_picker() -> None:
 
 
 def sidebar() -> None:
+    clean_url_ints(URL_INTS)
     st.badge(device_label(), icon=":material/memory:", color="green" if mechlib.device.DEVICE.type == "cuda" else "gray")
-    st.number_input("seed", 0, 2**31 - 1, 0, key="seed", bind="query-params",
+    st.number_input("seed", *URL_INTS["seed"], 0, key="seed", bind="query-params",
                     help="Every random weight and token on every page is drawn from this seed.")
     model_picker()
     st.caption(describe_choice())

@@ -1,6 +1,7 @@
 """What every page shares with the app shell: URL-bound widgets, this session's models, the input tokens."""
 
 import importlib
+import math
 
 import streamlit as st
 
@@ -30,6 +31,34 @@ def select_slider(label: str, options: list[int], default: int, key: str) -> int
         return st.select_slider(label, options, key=key, bind="query-params")
     value = default if default in options else min(options, key=lambda o: abs(o - default))
     return st.select_slider(label, options, value, key=key, bind="query-params")
+
+
+def clean_url_ints(bounds: dict[str, tuple[int, int]]) -> None:
+    """A link's whole-number parameters, checked before their widgets parse them (Streamlit's own parsing
+    overflows on ``?seed=1e400`` and breaks the session): a value that is not a whole number is dropped, one
+    outside [low, high] (±inf included) moves to the nearest end, and the script reruns on the corrected link
+    (widgets read the link the run started with); a warning names each. A parameter whose widget already
+    holds a value is the widget's own, and left alone."""
+    notes = []
+    for key, (low, high) in bounds.items():
+        raw = st.query_params.get(key)
+        if raw is None or key in st.session_state:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if math.isnan(value) or (math.isfinite(value) and value != int(value)):
+            del st.query_params[key]
+            notes.append(f"The link's {key} is not a whole number, so it is ignored.")
+        elif not low <= value <= high:
+            st.query_params[key] = str(nearest := low if value < low else high)
+            notes.append(f"The link's {key} is outside {low:,}–{high:,}, so {nearest:,} is used.")
+    if notes:
+        st.session_state["url_notes"] = notes
+        st.rerun()
+    for note in st.session_state.pop("url_notes", []):
+        st.warning(note)
 
 
 SESSION_MODELS = 8  # trained or uploaded models a session keeps; the oldest goes first

@@ -5,6 +5,7 @@ CPython ships: about 465,000 characters, cleaned of its reStructuredText underli
 paragraph is held out for evaluation, unless the same paragraph also appears in the training part.
 """
 
+import codecs
 import json
 import re
 from collections import Counter
@@ -148,11 +149,18 @@ def random_ids(d_vocab: int, length: int, seed: int) -> tuple[int, ...]:
 
 
 def validate_upload(data: bytes, n_ctx: int) -> str:
-    """The text of an uploaded .txt file, or ``DataError`` saying what is wrong and what to do."""
+    """The text of an uploaded .txt file (UTF-8, or UTF-16 with its byte-order mark), or ``DataError`` saying what
+    is wrong and what to do. Sizes are in MB of 2²⁰ bytes, as Streamlit's uploader counts them."""
     if not data:
         raise DataError("the file is empty; upload a .txt file with some English text")
     if len(data) > MAX_UPLOAD_BYTES:
-        raise DataError(f"the file is {len(data) / 1e6:.1f} MB; upload at most {MAX_UPLOAD_BYTES / 1e6:.0f} MB of text")
+        raise DataError(f"the file is {len(data) / 2**20:.1f} MB; upload at most {MAX_UPLOAD_BYTES // 2**20} MB of text")
+    if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):  # Windows Notepad's "Unicode": its NULs are not binary
+        try:
+            data = data.decode("utf-16").encode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DataError(f"the file starts as UTF-16 text but has a bad byte at offset {error.start}; save it as UTF-8 "
+                            "text and upload again") from None
     controls = len(data) - len(data.translate(None, _CONTROL_BYTES))
     if b"\x00" in data or controls > 0.01 * len(data):
         raise DataError("the file looks binary, not text; upload a plain .txt file (UTF-8)")

@@ -26,7 +26,7 @@ ARCHITECTURES = {"transformer": (Transformer, ModelConfig, "embed.W_E"), "lstm":
 __all__ = ["CheckpointError", "save", "to_bytes", "write_atomic", "load", "MAX_BYTES", "FORMAT"]
 
 FORMAT = "addition-machines/1"
-MAX_BYTES = 64 * 1024 * 1024
+MAX_BYTES = 64 * 2**20  # the app's uploader states it as MAX_BYTES // 2**20 MB: Streamlit's MB is 2²⁰ bytes
 MAX_ABS = 1e4  # larger weights overflow float32 logits: a corrupt or diverged checkpoint
 FLOAT_DTYPES = (torch.float32, torch.float64)
 
@@ -85,7 +85,7 @@ def load(source: str | Path | bytes) -> Transformer | LSTM:
         if not path.is_file():
             raise CheckpointError(f"no checkpoint at {path}")
         if path.stat().st_size > MAX_BYTES:
-            raise CheckpointError(f"the file is {path.stat().st_size / 1e6:.1f} MB; checkpoints may be at most {MAX_BYTES / 1e6:.0f} MB")
+            raise CheckpointError(_too_large(path.stat().st_size))
         data = path.read_bytes()
     metadata = _read_header(data)
     architecture = metadata.get("architecture", "transformer")
@@ -110,6 +110,11 @@ def load(source: str | Path | bytes) -> Transformer | LSTM:
     return model
 
 
+def _too_large(n_bytes: int) -> str:
+    """The size refusal, in the uploader's unit (MB of 2²⁰ bytes), so both state the same cap."""
+    return f"the file is {n_bytes / 2**20:.1f} MB; checkpoints may be at most {MAX_BYTES // 2**20} MB"
+
+
 def _looks_like_pickle(data: bytes) -> bool:
     """torch.save's zip archive, or a pickle of protocol 2–5. Asked only once the bytes are not safetensors:
     a safetensors header length can begin with the same bytes (0x80 is its low byte for 1 file in 256)."""
@@ -127,7 +132,7 @@ def _read_header(data: bytes) -> dict[str, str]:
     if not data:
         raise CheckpointError("the file is empty; choose a .safetensors checkpoint saved by this app or mechlib.io.save")
     if len(data) > MAX_BYTES:
-        raise CheckpointError(f"the file is {len(data) / 1e6:.1f} MB; checkpoints may be at most {MAX_BYTES / 1e6:.0f} MB")
+        raise CheckpointError(_too_large(len(data)))
     if len(data) < 8:
         raise _not_safetensors(data, "it is too short")
     (header_len,) = struct.unpack("<Q", data[:8])

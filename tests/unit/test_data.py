@@ -65,6 +65,29 @@ def test_each_bad_upload_gets_a_message(payload, message):
         data.validate_upload(payload, n_ctx=64)
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_with_its_byte_order_mark_is_read_as_text(encoding):
+    text = "the café sat on the mat. " * 60
+    payload = text.encode(encoding)
+    if encoding != "utf-16":  # the explicit-endian codecs write no mark; Notepad does
+        payload = "\ufeff".encode(encoding) + payload
+    assert b"\x00" in payload  # what made it read as binary
+    assert data.validate_upload(payload, n_ctx=64) == text
+
+
+def test_broken_utf16_is_named_as_utf16():
+    payload = ("the cat sat on the mat. " * 60).encode("utf-16") + b"\x00\xd8a\x00"  # a lone surrogate
+    with pytest.raises(DataError, match=r"starts as UTF-16 text but has a bad byte at offset 2882; save it as UTF-8"):
+        data.validate_upload(payload, n_ctx=64)
+
+
+def test_the_size_cap_is_stated_in_the_uploaders_megabytes():
+    # Streamlit's uploader counts MB of 2**20 bytes; 5 MiB is 5.2 million bytes, and the message must say 5
+    assert data.MAX_UPLOAD_BYTES == 5 * 2**20
+    with pytest.raises(DataError, match=r"^the file is 5\.0 MB; upload at most 5 MB of text$"):
+        data.validate_upload(b"x" * (data.MAX_UPLOAD_BYTES + 1), n_ctx=64)
+
+
 def test_good_upload_returns_its_text():
     text = "the cat sat on the mat. " * 60
     assert data.validate_upload(text.encode(), n_ctx=64) == text

@@ -117,6 +117,17 @@ def test_oversized_file_is_refused_before_reading(tmp_path, monkeypatch):
         io.load(path)
 
 
+def test_the_size_cap_is_stated_as_the_uploader_states_it(tmp_path):
+    # app.py's uploader says MAX_BYTES // 2**20 MB (Streamlit's MB is 2**20 bytes); the refusal names the same number
+    assert io.MAX_BYTES // 2**20 == 64
+    with pytest.raises(io.CheckpointError, match=r"^the file is 64\.0 MB; checkpoints may be at most 64 MB$"):
+        io.load(bytes(io.MAX_BYTES + 1))
+    path = tmp_path / "big.safetensors"
+    path.write_bytes(bytes(io.MAX_BYTES + 2**20))
+    with pytest.raises(io.CheckpointError, match=r"^the file is 65\.0 MB; checkpoints may be at most 64 MB$"):
+        io.load(path)
+
+
 def test_missing_path(tmp_path):
     with pytest.raises(io.CheckpointError, match="no checkpoint at"):
         io.load(tmp_path / "nope.safetensors")

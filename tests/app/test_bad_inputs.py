@@ -1,0 +1,100 @@
+"""AppTest for bad inputs that broke the app: crafted links, an LSTM checkpoint uploaded, the smallest vocabulary.
+Each one gets a message naming what was wrong, and the session's models survive it."""
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from mechlib import io
+from mechlib.config import ModelConfig
+from mechlib.lstm import LSTM, LSTMConfig
+from mechlib.model import Transformer
+from tests.app.helpers import APP, shown_checks
+
+
+def open_link(**params) -> AppTest:
+    """The app opened from a link with ``params`` in its query string."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    for key, value in params.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+RANDOM = "random, from sizes"  # the sidebar's model as a link names it: the option's label
+
+
+def warnings(at: AppTest) -> list[str]:
+    return [w.value for w in at.sidebar.warning]
+
+
+@pytest.mark.parametrize("raw, seed, message", [
+    ("1e400", 2**31 - 1, "The link's seed is outside 0–2,147,483,647, so 2,147,483,647 is used."),
+    ("inf", 2**31 - 1, "The link's seed is outside 0–2,147,483,647, so 2,147,483,647 is used."),
+    ("-1e400", 0, "The link's seed is outside 0–2,147,483,647, so 0 is used."),
+    ("-5", 0, "The link's seed is outside 0–2,147,483,647, so 0 is used."),
+    ("nan", 0, "The link's seed is not a whole number, so it is ignored."),
+    ("2.5", 0, "The link's seed is not a whole number, so it is ignored."),
+    ("**bold**", 0, "The link's seed is not a whole number, so it is ignored."),
+])
+def test_a_crafted_seed_is_clamped_or_dropped_with_a_warning(raw, seed, message):
+    at = open_link(seed=raw)
+    assert not at.exception, at.exception
+    assert warnings(at) == [message]
+    assert at.sidebar.number_input(key="seed").value == seed
+    assert at.session_state["model"] == "gelu-2l" and len(at.main.markdown) > 0  # the page under it still works
+    assert at.sidebar.caption[-1].value.startswith("Requests above")
+
+
+def test_a_good_seed_in_a_link_is_kept_without_a_warning():
+    at = open_link(seed="17")
+    assert not at.exception and warnings(at) == []
+    assert at.sidebar.number_input(key="seed").value == 17
+
+
+@pytest.mark.parametrize("key, raw, field, value", [
+    ("vocab", "1e400", "d_vocab", 50_000),
+    ("vocab", "-1e400", "d_vocab", 2),
+    ("vocab", "nan", "d_vocab", 1_000),
+    ("ctx", "1e400", "n_ctx", 2_048),
+    ("ctx", "inf", "n_ctx", 2_048),
+    ("ctx", "0", "n_ctx", 1),
+    ("layers", "1e400", "n_layers", 4),
+])
+def test_crafted_random_model_sizes_are_clamped_or_dropped(key, raw, field, value):
+    at = open_link(model=RANDOM, **{key: raw})
+    assert not at.exception, at.exception
+    assert len(warnings(at)) == 1 and f"The link's {key} is " in warnings(at)[0]
+    assert at.session_state["model"] == "random"
+    assert getattr(ModelConfig.from_json(at.session_state["model_choice"][1]), field) == value
+
+
+def test_an_lstm_checkpoint_is_refused_and_the_uploaded_model_stays():
+    at = open_link()
+    mine = io.to_bytes(Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=4)))
+    at.sidebar.file_uploader[0].upload("mine.safetensors", mine).run()
+    assert at.session_state["model"] == "uploaded: mine.safetensors"
+    at.sidebar.file_uploader[0].upload("lstm.safetensors", io.to_bytes(LSTM(LSTMConfig(d_vocab=30, d_model=8, d_hidden=8)))).run()
+    assert not at.exception, at.exception
+    assert [e.value for e in at.sidebar.error] == [
+        "lstm.safetensors: this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses its own "
+        "models. The previous model stays selected."]
+    assert list(at.session_state["session_models"]) == ["uploaded: mine.safetensors"]
+    assert at.session_state["model"] == "uploaded: mine.safetensors"
+    assert any("1 layers × 2 heads" in c.value for c in at.sidebar.caption)
+
+
+def test_the_uploader_and_mechlib_state_the_same_cap():
+    at = open_link()
+    stated = at.sidebar.file_uploader[0].proto.max_upload_size_mb
+    with pytest.raises(io.CheckpointError, match=f"checkpoints may be at most {stated} MB$"):
+        io.load(bytes(io.MAX_BYTES + 1))
+
+
+def test_the_patterns_page_works_at_the_smallest_vocabulary():
+    at = open_link(model=RANDOM, vocab="2")
+    assert ModelConfig.from_json(at.session_state["model_choice"][1]).d_vocab == 2 and warnings(at) == []
+    at.switch_page("app_pages/patterns.py").run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    shown = shown_checks(at)
+    assert len(shown) == 5 and all(passed for *_, passed in shown), shown
+    at.slider(key="dest").set_value(3).run()
+    assert not at.exception and all(passed for *_, passed in shown_checks(at))

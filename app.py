@@ -7,7 +7,7 @@ from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
-from shell import add_session_model, clean_url_ints, select_slider, session_model, slider
+from shell import add_session_model, clean_url_ints, literal, select_slider, session_model, slider
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide")
 
@@ -55,10 +55,10 @@ def upload_checkpoint() -> None:
     try:
         model = zoo.from_checkpoint(data)[1]
     except CheckpointError as error:
-        st.error(f"{upload.name}: {error}. The previous model stays selected.")
+        st.error(f"{literal(upload.name)}: {literal(str(error))}. The previous model stays selected.")
         return
     if not isinstance(model.cfg, ModelConfig):
-        st.error(f"{upload.name}: this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses "
+        st.error(f"{literal(upload.name)}: this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses "
                  "its own models. The previous model stays selected.")
         return
     label = f"uploaded: {upload.name}"
@@ -74,7 +74,7 @@ def describe_choice() -> str:
     model = {"zoo": lambda: zoo.load(choice[1]), "random": lambda: None,
              "session": lambda: session_model(choice[1])}[choice[0]]()
     cfg = ModelConfig.from_json(choice[1]) if choice[0] == "random" else model.cfg
-    where = {"zoo": "trained here, shipped with the app", "random": "random weights", "session": choice[1]}[choice[0]]
+    where = {"zoo": "trained here, shipped with the app", "random": "random weights", "session": literal(choice[1])}[choice[0]]
     mlp = f", MLP {cfg.d_mlp}" if cfg.d_mlp else ", attention-only"
     return (f"**{cfg.n_layers} layers × {cfg.n_heads} heads**, d_model {cfg.d_model}, d_head {cfg.d_head}{mlp}, "
             f"vocab {cfg.d_vocab:,}, context {cfg.n_ctx} — {where}; {cfg.n_params():,} parameters, "

@@ -2,6 +2,7 @@
 
 import importlib
 import math
+import re
 
 import streamlit as st
 
@@ -9,6 +10,16 @@ from mechlib import data, zoo
 from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-!$~|<>:])")  # what Markdown, LaTeX ($) and Streamlit's :directives: act on
+
+
+def literal(text: str) -> str:
+    """User-supplied ``text`` (a file name, a session model's label, a token) shown as typed where Streamlit reads
+    Markdown: a backslash before every character that bold, links, images, LaTeX or :red[…] would act on. A "."
+    stays bare, so file names read as typed; alone it only numbers a list ("1. " opening a line)."""
+    return _MARKDOWN.sub(r"\\\1", text)
 
 
 def slider(label: str, low: int, high: int, default: int, key: str, step: int = 1) -> int:

@@ -8,14 +8,14 @@ import streamlit as st
 
 from mechlib import checks, circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
-from shell import check_line, current_model, section, slider, verdict
+from shell import check_line, current_model, literal, section, slider, verdict
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
 PATH_TOKENS = 8  # random ids the path expansion reads when a model has no tokenizer
 
 
 def section_model(zoo_name: str, fits, why: str) -> tuple[tuple, object, str]:
-    """(cache key, model, name) of the section's model: the zoo's, or the sidebar's when ``fits(model)``."""
+    """(cache key, model, name as Markdown) of the section's model: the zoo's, or the sidebar's when ``fits(model)``."""
     choice = st.radio("model for this section", [f"zoo: {zoo_name}", "the sidebar's model"], key=f"c_model_{zoo_name}",
                       horizontal=True)
     if choice == "the sidebar's model":
@@ -24,7 +24,7 @@ def section_model(zoo_name: str, fits, why: str) -> tuple[tuple, object, str]:
             if model.tokenizer is None:
                 st.info("This model has no tokenizer: token tables use ids 2, 3, … instead of the most frequent tokens.")
             kind, name = st.session_state["model_choice"]
-            return key, model, "the sidebar's random model" if kind == "random" else name
+            return key, model, {"random": "the sidebar's random model", "session": literal(name)}.get(kind, name)
         st.info(f"The sidebar's model does not fit this section ({why}); showing zoo: {zoo_name}.")
     return ("zoo", zoo_name), zoo.load(zoo_name), zoo_name
 

@@ -8,7 +8,7 @@ import streamlit as st
 
 from mechlib import data, figures, patterns
 from mechlib.checks import RANK_ZERO
-from shell import check_line, current_model, input_tokens, section, slider
+from shell import check_line, current_model, input_tokens, literal, section, slider
 
 
 st.title("Patterns and messages")
@@ -85,7 +85,7 @@ if cfg.positional == "shortformer":
     st.caption("Shortformer: the positional embedding is added to the queries' and keys' input only, so it shapes "
                "the pattern but never travels in the messages.")
 
-st.subheader(f"Messages into position {dest} ('{labels[dest]}')")
+st.subheader(f"Messages into position {dest} ('{literal(labels[dest])}')")
 msgs = section(patterns.messages, key, model, ids, layer, head, dest)
 table = pd.DataFrame({"source": [f"{j}: {labels[j]}" for j in range(dest + 1)],
                       "attention weight": np.round(msgs.weights, 4), "‖message‖": np.round(msgs.norms, 3),

@@ -8,7 +8,7 @@ import streamlit as st
 
 from mechlib import data, figures, residual
 from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX
-from shell import check_line, current_model, input_tokens, section, slider
+from shell import check_line, current_model, input_tokens, literal, section, slider
 
 
 def names(model, tokens) -> list[str]:
@@ -34,7 +34,7 @@ with left:
 with right:
     position = slider("position", 0, len(ids) - 1, max(0, len(ids) - 2), key="rpos")
 
-st.subheader(f"The ledger at position {position} ('{labels[position]}')")
+st.subheader(f"The ledger at position {position} ('{literal(labels[position])}')")
 book = section(residual.ledger_at, key, model, ids, position)
 terms = f"The sum of the {len(book.labels)} terms" if len(book.labels) > 1 else "The only term"
 lines = [check_line(f"{terms} read through {readout}, against the logits of a separate forward pass at all "

@@ -10,7 +10,7 @@ from mechlib import data, figures, induction, train, workers, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, require_budget
-from shell import add_session_model, section, select_slider, slider
+from shell import add_session_model, literal, section, select_slider, slider
 
 PRESET = train.INDUCTION_PRESET
 workers.warm()  # start the training processes while the student reads the page
@@ -31,13 +31,13 @@ def chosen_upload(n_ctx: int) -> tuple[str, str] | None:
         try:
             text = data.validate_upload(raw, n_ctx)
         except data.DataError as error:
-            st.error(f"{upload.name}: {error}. The previous data stays selected.")
+            st.error(f"{literal(upload.name)}: {error}. The previous data stays selected.")
         else:
             st.session_state["train_text"] = (upload.name, hashlib.sha256(raw).hexdigest(), text)
     saved = st.session_state.get("train_text")  # (file name, digest, text) of the last valid upload
     if not saved:
         return None
-    st.caption(f"Training text: **{saved[0]}** ({len(saved[2]):,} characters)")
+    st.caption(f"Training text: **{literal(saved[0])}** ({len(saved[2]):,} characters)")
     return saved[1:]
 
 
@@ -171,7 +171,7 @@ else:
 last = st.session_state.get("last_trained")
 if last and last["label"] in st.session_state.get("session_models", {}):
     st.subheader("The model you trained last")
-    st.caption(last["label"])
+    st.caption(literal(last["label"]))
     final, report = last["history"][-1], last["last"]
     left, right = st.columns(2) if report.patterns is not None else (None, st.container())
     if left:

@@ -4,7 +4,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-__all__ = ["head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "training_curves",
+__all__ = ["plain", "head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "training_curves",
            "pattern_heatmap", "singular_values", "source_bars", "component_bars", "depth_heatmap", "overlap_heatmap",
            "token_heatmap", "eigenvalues_plot", "composition_heatmap", "patterns_grid", "time_heatmap", "histogram",
            "loss_curves", "copy_losses"]
@@ -18,8 +18,14 @@ def head_colour(head: int) -> str:
     return palette[head % len(palette)]
 
 
+def plain(text: str) -> str:
+    """``text`` (a token, a title naming one) shown as typed: plotly draws a few HTML tags (<b>, <a href>, <br>) in
+    titles, ticks and hover text, and decodes entities, so &, < and > become entities."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title=title, height=height, font=FONT, margin={"l": 70, "r": 20, "t": 60, "b": 60})
+    fig.update_layout(title=plain(title), height=height, font=FONT, margin={"l": 70, "r": 20, "t": 60, "b": 60})
     return fig
 
 
@@ -97,6 +103,7 @@ def training_curves(history: list[dict[str, float]], step: int | None = None) ->
 def pattern_heatmap(pattern: np.ndarray, labels: list[str], title: str, scores: bool = False) -> go.Figure:
     """A [query_pos key_pos] matrix with token labels on both axes: the pattern (0 to 1, the causal mask shows
     as 0) or, with ``scores``, the raw scores (diverging around 0, masked entries blank)."""
+    labels = [plain(label) for label in labels]
     n = len(labels)
     ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
     hover = [[f"query {i} '{labels[i]}' → key {j} '{labels[j]}'" for j in range(n)] for i in range(n)]
@@ -128,7 +135,7 @@ def singular_values(spectra: dict[str, np.ndarray], d_head: int) -> go.Figure:
 
 def source_bars(values: np.ndarray, labels: list[str], title: str, axis: str) -> go.Figure:
     """One bar per source position, hover naming the token."""
-    ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
+    ticks = [f"{i}: {plain(label)}" for i, label in enumerate(labels)]
     fig = go.Figure(go.Bar(x=ticks, y=values, marker_color="#636EFA",
                            hovertemplate="source %{x}<br>" + axis + " %{y:.4f}<extra></extra>"))
     fig.update_xaxes(title="source position: token", tickangle=-60)
@@ -141,7 +148,7 @@ def component_bars(values: np.ndarray, labels: list[str], title: str, axis: str,
     """A waterfall of scalar shares, one bar per label (``categories`` names them on the axis: "component",
     "time step: token"); with ``total`` the last bar shows the real value."""
     measures = ["relative"] * len(values) + (["total"] if total is not None else [])
-    fig = go.Figure(go.Waterfall(x=labels + (["sum"] if total is not None else []), y=list(values) + ([total] if total is not None else []),
+    fig = go.Figure(go.Waterfall(x=[plain(label) for label in labels] + (["sum"] if total is not None else []), y=list(values) + ([total] if total is not None else []),
                                  measure=measures, hovertemplate="%{x}: %{y:.4f}<extra></extra>",
                                  increasing={"marker": {"color": "#00CC96"}}, decreasing={"marker": {"color": "#EF553B"}},
                                  totals={"marker": {"color": "#636EFA"}}))
@@ -152,7 +159,7 @@ def component_bars(values: np.ndarray, labels: list[str], title: str, axis: str,
 
 def depth_heatmap(norms: np.ndarray, labels: list[str]) -> go.Figure:
     """‖residual‖ at each layer boundary (rows: the embeddings, then after each block) and position (columns)."""
-    ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
+    ticks = [f"{i}: {plain(label)}" for i, label in enumerate(labels)]
     rows = ["the embeddings"] + [f"after block {l}" for l in range(norms.shape[0] - 1)]
     fig = go.Figure(go.Heatmap(z=norms, x=ticks, y=rows, colorscale="Viridis", colorbar={"title": "‖residual‖"},
                                hovertemplate="%{y}<br>position %{x}<br>‖residual‖ %{z:.3f}<extra></extra>"))
@@ -174,7 +181,7 @@ def token_heatmap(matrix: np.ndarray, rows: list[str], columns: list[str], title
                   value: str, diverging: bool = True) -> go.Figure:
     """A token × token matrix (a bigram table, a QK or OV circuit) with the tokens named on both axes."""
     colours = ({"colorscale": "RdBu", "zmid": 0} if diverging else {"colorscale": "Blues", "zmin": 0})
-    fig = go.Figure(go.Heatmap(z=matrix, x=columns, y=rows, colorbar={"title": value}, **colours,
+    fig = go.Figure(go.Heatmap(z=matrix, x=[plain(c) for c in columns], y=[plain(r) for r in rows], colorbar={"title": value}, **colours,
                                hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>{value} %{{z:.3f}}<extra></extra>"))
     fig.update_xaxes(title=x_title, tickangle=-60, tickfont={"size": 11})
     fig.update_yaxes(title=y_title, autorange="reversed", tickfont={"size": 11})
@@ -232,7 +239,7 @@ def time_heatmap(matrix: np.ndarray, labels: list[str], title: str, value: str, 
     """A [row, position] matrix over time, hover naming the token at each position; ``rows`` names what a row
     is ("dimension", "head"). ``scale``: "signed" (diverging around 0), "gate" (0 to 1) or "size" (0 to the
     largest value)."""
-    ticks = [f"{i}: {label}" for i, label in enumerate(labels)]
+    ticks = [f"{i}: {plain(label)}" for i, label in enumerate(labels)]
     colours = {"signed": {"colorscale": "RdBu", "zmid": 0}, "gate": {"colorscale": "Viridis", "zmin": 0, "zmax": 1},
                "size": {"colorscale": "Viridis", "zmin": 0}}[scale]
     fig = go.Figure(go.Heatmap(z=matrix, x=ticks, colorbar={"title": value}, **colours,
@@ -254,7 +261,7 @@ def loss_curves(losses: dict[str, np.ndarray], labels: list[str], split: int) ->
     fig = go.Figure()
     for i, (name, values) in enumerate(losses.items()):
         fig.add_trace(go.Scatter(x=list(range(1, len(values) + 1)), y=values, mode="lines+markers", name=name,
-                                 line={"color": head_colour(i)}, text=labels[1:],
+                                 line={"color": head_colour(i)}, text=[plain(label) for label in labels[1:]],
                                  hovertemplate=name + "<br>predicting position %{x} ('%{text}')<br>loss %{y:.2f} nats<extra></extra>"))
     fig.add_vline(x=split, line_dash="dash", annotation_text="the repeat starts")
     fig.update_xaxes(title="position predicted")

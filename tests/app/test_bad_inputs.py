@@ -98,3 +98,54 @@ def test_the_patterns_page_works_at_the_smallest_vocabulary():
     assert len(shown) == 5 and all(passed for *_, passed in shown), shown
     at.slider(key="dest").set_value(3).run()
     assert not at.exception and all(passed for *_, passed in shown_checks(at))
+
+
+CRAFTED = "**bold** $x$ ![i](http://example.com/a.png) :red[r].safetensors"  # a file name that is Markdown
+CRAFTED_SHOWN = r"\*\*bold\*\* \$x\$ \!\[i\]\(http\://example.com/a.png\) \:red\[r\].safetensors"
+TOKENS = ["<b>z</b>", "$y$", "**x**", "![i](http://example.com/a.png)"]  # a checkpoint's tokenizer entries
+
+
+def crafted_model() -> Transformer:
+    from mechlib.data import WordTokenizer
+
+    model = Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=6, n_ctx=8, seed=4))
+    model.tokenizer = WordTokenizer(["<bos>", "<unk>", *TOKENS])
+    return model
+
+
+def test_a_crafted_file_name_and_tokenizer_show_as_typed():
+    at = open_link()
+    at.sidebar.file_uploader[0].upload(CRAFTED, io.to_bytes(crafted_model())).run()
+    assert not at.exception, at.exception
+    assert at.session_state["model"] == f"uploaded: {CRAFTED}"  # the label itself is kept as typed
+    shown = " ".join(c.value for c in at.sidebar.caption)
+    assert f"uploaded\\: {CRAFTED_SHOWN}" in shown and "**bold**" not in shown and "![" not in shown
+    at.sidebar.file_uploader[0].upload(CRAFTED, b"\x80\x04\x95 pickle").run()
+    assert [e.value for e in at.sidebar.error][0].startswith(f"{CRAFTED_SHOWN}: this looks like a pickle")
+    assert at.session_state["model"] == f"uploaded: {CRAFTED}" and len(at.session_state["session_models"]) == 1
+
+    at.session_state["input"] = "random tokens"
+    at.switch_page("app_pages/patterns.py").run()  # the refused file's error stays in the sidebar, the page works
+    assert not at.exception and not at.main.error, (at.exception, [e.value for e in at.main.error])
+    heading = at.subheader[-1].value
+    assert heading.startswith("Messages into position") and "**" not in heading and "![" not in heading
+    assert any(f"('{token}')" in heading for token in [r"\*\*x\*\*", r"\$y\$", r"\<b\>z\</b\>",
+                                                       r"\!\[i\]\(http\://example.com/a.png\)"]), heading
+    import json
+    ticks = [tick for chart in at.get("plotly_chart") for tick in json.loads(chart.proto.spec)["data"][0].get("x", [])
+             if isinstance(tick, str)]
+    assert any("&lt;b&gt;z&lt;/b&gt;" in tick for tick in ticks) and not any("<b>" in tick for tick in ticks)
+    assert all(passed for *_, passed in shown_checks(at))
+
+
+def test_a_crafted_training_text_name_shows_as_typed():
+    from tests.app.helpers import open_page
+
+    at = open_page("app_pages/train.py", t_task="your own model", t_data="upload")
+    text = ("the **x** and $y$ sat on the mat . " * 80).encode()
+    at.file_uploader(key="train_upload").upload("**t** $z$.txt", text, "text/plain").run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert any(r"Training text: **\*\*t\*\* \$z\$.txt** (" in c.value for c in at.caption)
+    at.file_uploader(key="train_upload").upload("$$![i](http://example.com/a.png).txt", b"", "text/plain").run()
+    assert any(e.value.startswith(r"\$\$\!\[i\]\(http\://example.com/a.png\).txt: the file is empty") for e in at.error)
+    assert at.button  # the earlier text can still be trained on

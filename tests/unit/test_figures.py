@@ -68,3 +68,14 @@ def test_heads_forming_draws_sixteen_heads_a_layer():
     """The Train page offers 16 heads a layer; plotly refuses a gap wider than 1 / (columns − 1)."""
     fig = figures.heads_forming(np.zeros((2, 16, 9, 9)), 10, 4)
     assert len(fig.data) == 32 and fig.layout.annotations[31].text == "L1H15"
+
+
+def test_token_labels_reach_plotly_as_text_not_html():
+    from mechlib import figures
+
+    labels = ["<bos>", "<b>z</b>", "a&lt;b", '<a href="http://example.com">x</a>']
+    fig = figures.pattern_heatmap(np.eye(4), labels, "the pattern of '<b>z</b>'")
+    assert list(fig.data[0].x) == ["0: &lt;bos&gt;", "1: &lt;b&gt;z&lt;/b&gt;", "2: a&amp;lt;b",
+                                   '3: &lt;a href="http://example.com"&gt;x&lt;/a&gt;']
+    assert fig.layout.title.text == "the pattern of '&lt;b&gt;z&lt;/b&gt;'"
+    assert figures.plain("no tags here") == "no tags here"

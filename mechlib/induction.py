@@ -20,7 +20,7 @@ from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
 __all__ = ["EVAL_LENGTH", "eval_length", "MIN_LENGTH", "SIZES_NEEDED", "scorable", "repeated_sequences",
-           "stacked_patterns", "previous_token_scores", "induction_scores", "duplicate_token_scores", "second_half_loss",
+           "stacked_patterns", "patterns_on", "previous_token_scores", "induction_scores", "duplicate_token_scores", "second_half_loss",
            "loss_by_position", "mean_ablation", "head_scores", "in_context_learning_score", "evaluate", "InductionCircuit", "induction_circuit", "TwoLayers",
            "two_layers", "Snapshot", "snapshot", "PhaseChange", "phase_change"]
 
@@ -230,10 +230,15 @@ def induction_circuit(model: Transformer) -> InductionCircuit:
     return _circuit(model, head_scores(model))
 
 
+def patterns_on(model: Transformer, tokens: Tensor) -> np.ndarray:
+    """Every head's attention pattern on one sequence [1 pos]: [layer head query_pos key_pos]."""
+    _, cache = model.run_with_cache(tokens)
+    return to_numpy(stacked_patterns(cache, model.cfg.n_layers)[:, 0])
+
+
 def _example_patterns(model: Transformer, seed: int) -> np.ndarray:
     """Every head's pattern on one repeated random sequence from ``seed``: [layer head query_pos key_pos]."""
-    _, cache = model.run_with_cache(repeated_sequences(model.cfg.d_vocab, eval_length(model.cfg.n_ctx), 1, seed))
-    return to_numpy(stacked_patterns(cache, model.cfg.n_layers)[:, 0])
+    return patterns_on(model, repeated_sequences(model.cfg.d_vocab, eval_length(model.cfg.n_ctx), 1, seed))
 
 
 @dataclass(frozen=True)

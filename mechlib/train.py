@@ -30,7 +30,7 @@ from mechlib.loss import heldout_loss, next_token_loss
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
-__all__ = ["Progress", "TrainResult", "train", "train_step", "adamw", "watch_sequence", "watched_patterns", "Preset", "INDUCTION_PRESET", "estimate_mb",
+__all__ = ["Progress", "TrainResult", "train", "train_step", "adamw", "watch_sequence", "Preset", "INDUCTION_PRESET", "estimate_mb",
            "TrainingQueue", "QUEUE"]
 
 EVAL_BATCH, EVAL_SEED = 32, 1234  # the fixed copying-task batch that training on the copying task is scored on
@@ -90,13 +90,6 @@ def watch_sequence(d_vocab: int, length: int) -> Tensor:
     return induction.repeated_sequences(d_vocab, length, 1, WATCH_SEED)
 
 
-@torch.inference_mode()
-def watched_patterns(model: Transformer, tokens: Tensor) -> np.ndarray:
-    """Every head's attention pattern on one sequence [1 pos]: [layer head query_pos key_pos], on the CPU."""
-    _, cache = model.run_with_cache(tokens.to(DEVICE))
-    return induction.stacked_patterns(cache, model.cfg.n_layers)[:, 0].numpy()
-
-
 def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,
           warmup: int = 50, weight_decay: float = 0.01, clip: float | None = 1.0, eval_every: int = 50,
           on_progress: Callable[[Progress], None] | None = None, on_step: Callable[[int], None] | None = None,
@@ -150,7 +143,7 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
         if step % eval_every == 0 or step == steps:
             began = time.perf_counter()
             model.eval()
-            metrics, patterns = evaluate(), None if watched is None else watched_patterns(model, watched)
+            metrics, patterns = evaluate(), None if watched is None else induction.patterns_on(model, watched)
             model.train()
             evaluation_s += time.perf_counter() - began
             result.history.append({"step": step, "loss": loss.item(), **metrics})

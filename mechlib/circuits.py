@@ -61,7 +61,7 @@ class ZeroLayer:
     at_best: bool             # model KL ≤ the best fit's + BIGRAM_GAP_MAX: as well as its width allows
     ids: list[int]            # the CHOOSABLE_TOKENS most frequent tokens, most frequent first
     labels: list[str]         # their labels
-    next_tokens: list[dict[str, list]]  # per id: the TOP_NEXT likeliest next tokens under the model and the corpus
+    next_tokens: list[dict[str, list]]  # per id: the TOP_NEXT (at most d_vocab) likeliest next tokens, model and corpus
     model_table: np.ndarray   # [current next] P_model on the TABLE_TOKENS most frequent
     corpus_table: np.ndarray  # [current next] P_corpus on the same
 
@@ -73,8 +73,8 @@ def zero_layer(model: Transformer) -> ZeroLayer:
     ceiling = bigrams.ceiling(model)
     model_probs, (_, corpus_probs) = bigrams.zero_layer_logits(model).softmax(-1), corpus_bigrams(model)  # [V V] each
     ids, tokenizer = frequent_tokens(model, CHOOSABLE_TOKENS), model.tokenizer
-    table = ids[:TABLE_TOKENS]
-    (p_model, by_model), (p_corpus, by_corpus) = (probs[ids].topk(TOP_NEXT) for probs in (model_probs, corpus_probs))
+    table, listed = ids[:TABLE_TOKENS], min(TOP_NEXT, model.cfg.d_vocab)
+    (p_model, by_model), (p_corpus, by_corpus) = (probs[ids].topk(listed) for probs in (model_probs, corpus_probs))
     next_tokens = [{"model's next token": token_labels(tokenizer, by_model[i]), "model probability": p_model[i].tolist(),
                     "corpus's next token": token_labels(tokenizer, by_corpus[i]), "corpus probability": p_corpus[i].tolist()}
                    for i in range(len(ids))]

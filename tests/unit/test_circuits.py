@@ -354,6 +354,23 @@ def test_the_zero_layer_tables_are_the_models_and_the_corpus_bigrams():
         circuits.zero_layer(zoo.load("attn-only-1l"))
 
 
+def test_a_vocabulary_smaller_than_top_next_lists_every_next_token():
+    """With d_vocab < TOP_NEXT each row lists the whole vocabulary, most likely first, so its probabilities sum to 1."""
+    from mechlib.data import WordTokenizer, builtin_text
+
+    tokenizer = WordTokenizer.fit(builtin_text(), circuits.TOP_NEXT - 2)
+    model = Transformer(ModelConfig(n_layers=0, d_model=4, n_heads=1, d_vocab=tokenizer.d_vocab, n_ctx=4,
+                                    positional="shortformer"))
+    model.tokenizer = tokenizer
+    z = circuits.zero_layer(model)
+    assert sorted(z.ids) == list(range(2, tokenizer.d_vocab))                       # every token but <bos>, <unk>
+    for row in z.next_tokens:
+        assert sorted(row["model's next token"]) == sorted(tokenizer.labels(range(tokenizer.d_vocab)))
+        assert row["model probability"] == sorted(row["model probability"], reverse=True)
+        assert sum(row["model probability"]) == pytest.approx(1.0, abs=1e-12)
+        assert sum(row["corpus probability"]) == pytest.approx(1.0, abs=1e-12)
+
+
 def test_one_layer_checks_the_path_expansion_at_the_models_own_tolerance():
     from mechlib import checks, zoo
 

@@ -148,6 +148,14 @@ def random_ids(d_vocab: int, length: int, seed: int) -> tuple[int, ...]:
     return (0, *torch.randint(min(2, d_vocab - 1), d_vocab, (length - 1,), generator=g).tolist())
 
 
+def _utf16_without_mark(data: bytes) -> bool:
+    """Latin-script UTF-16 saved without its byte-order mark: nearly every byte on one side of each pair is NUL and
+    nearly none on the other (a binary file's NULs fall on both sides)."""
+    half = len(data) // 2
+    evens, odds = data[0::2].count(0), data[1::2].count(0)
+    return half > 0 and max(evens, odds) > 0.9 * half and min(evens, odds) < 0.1 * half
+
+
 def validate_upload(data: bytes, n_ctx: int) -> str:
     """The text of an uploaded .txt file (UTF-8, or UTF-16 with its byte-order mark), or ``DataError`` saying what
     is wrong and what to do. Sizes are in MB of 2²⁰ bytes, as Streamlit's uploader counts them."""
@@ -161,6 +169,8 @@ def validate_upload(data: bytes, n_ctx: int) -> str:
         except UnicodeDecodeError as error:
             raise DataError(f"the file starts as UTF-16 text but has a bad byte at offset {error.start}; save it as UTF-8 "
                             "text and upload again") from None
+    if _utf16_without_mark(data):
+        raise DataError("the file looks like UTF-16 text without a byte-order mark; save it as UTF-8 text and upload again")
     controls = len(data) - len(data.translate(None, _CONTROL_BYTES))
     if b"\x00" in data or controls > 0.01 * len(data):
         raise DataError("the file looks binary, not text; upload a plain .txt file (UTF-8)")

@@ -145,8 +145,8 @@ def _read_header(data: bytes) -> dict[str, str]:
     if not isinstance(header, dict):
         raise CheckpointError("this is not a safetensors file (its header is not a JSON object)")
     metadata = header.get("__metadata__") or {}
-    if not isinstance(metadata, dict):
-        raise CheckpointError("the safetensors metadata is not a JSON object")
+    if not isinstance(metadata, dict) or not all(isinstance(value, str) for value in metadata.values()):
+        raise CheckpointError("the safetensors metadata is not a JSON object of strings")  # as safetensors defines it
     return metadata
 
 

@@ -81,6 +81,16 @@ def test_broken_utf16_is_named_as_utf16():
         data.validate_upload(payload, n_ctx=64)
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_its_mark_is_named_and_binary_with_nuls_on_both_sides_is_not(encoding):
+    text = ("the cat sat on the mat. " * 60).encode(encoding)
+    with pytest.raises(DataError, match="looks like UTF-16 text without a byte-order mark; save it as UTF-8"):
+        data.validate_upload(text, n_ctx=64)
+    binary = b"\x00\x00ab" * 1000  # NULs at even and odd offsets alike
+    with pytest.raises(DataError, match="looks binary"):
+        data.validate_upload(binary, n_ctx=64)
+
+
 def test_the_size_cap_is_stated_in_the_uploaders_megabytes():
     # Streamlit's uploader counts MB of 2**20 bytes; 5 MiB is 5.2 million bytes, and the message must say 5
     assert data.MAX_UPLOAD_BYTES == 5 * 2**20

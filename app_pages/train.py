@@ -3,6 +3,7 @@ the result joins this session's models."""
 
 import hashlib
 import time
+import uuid
 
 import streamlit as st
 
@@ -44,27 +45,35 @@ def chosen_upload(n_ctx: int) -> tuple[str, str] | None:
 def run(label: str, steps: int, fn, kwargs: dict, length: int) -> None:
     """Train ``fn(**kwargs)`` in a queue slot, in a worker process (``workers.run``), drawing every head's attention
     on the watched repeated sequence (segment ``length``) and the curves at each evaluation; then add the model to
-    this session. The figures are built once and updated in place (``figures.LiveTraining``)."""
+    this session. The figures are built once and updated in place (``figures.LiveTraining``). While it waits, the
+    page shows its place in the queue and the measured wait; while it runs, the time left at its own rate; a second
+    press while this session's training still runs or waits is refused (``train.QUEUE``: one per session)."""
     progress = st.progress(0.0, text="Waiting for a free training slot…")
     heads_box, curves_box = (column.empty() for column in st.columns(2))
     history, live, reports = [], [], []
     clock = {"start": 0.0, "shown": 0.0}  # monotonic seconds: training start, last progress update
+    bound = "at most" if task == PRESET.name else "about"  # the preset stops early once its circuit forms
 
     def timing(step: int) -> str:
         elapsed = time.monotonic() - clock["start"]
-        return f"step {step:,} of at most {steps:,} · {elapsed:.1f} s · {step / elapsed:.0f} steps/s"
+        return (f"step {step:,} of at most {steps:,} · {elapsed:.1f} s · {step / elapsed:.0f} steps/s · "
+                f"{bound} {train.seconds_left(step, steps, elapsed):.0f} s left")
 
-    def waiting(position: int) -> None:
+    def waiting(position: int, wait_s: float | None) -> None:
+        eta = ("no training has finished on this server yet to estimate the wait" if wait_s is None
+               else f"about {wait_s:.0f} s until a slot frees, from the trainings measured here")
         progress.progress(0.0, text=f"Waiting for a free training slot: position {position} in the queue "
-                                    f"({train.QUEUE.running} of {train.QUEUE.limit} running)")
+                                    f"({train.QUEUE.running} of {train.QUEUE.limit} running) · {eta}")
 
     def step_done(step: int) -> None:
         """At most twice a second; any Streamlit call is where a rerun or a closed tab stops the training."""
+        held.advance(step)  # the queue's estimates for those waiting read it
         if time.monotonic() - clock["shown"] > 0.5:
             clock["shown"] = time.monotonic()
             progress.progress(step / steps, text=timing(step))
 
     def evaluated(p: train.Progress) -> None:
+        held.advance(p.step)
         reports.append(p)
         history.append({"step": p.step, "loss": p.loss, **p.metrics})
         progress.progress(p.step / steps, text=f"{timing(p.step)} · loss {p.loss:.3f} nats/token")
@@ -74,11 +83,17 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int) -> None:
             heads_box.plotly_chart(heads, key=f"heads_{p.step}")
         curves_box.plotly_chart(curves, key=f"curves_{p.step}")
 
+    owner = st.session_state.setdefault("train_owner", uuid.uuid4().hex)  # this session, to the server-wide queue
     try:
-        with train.QUEUE.slot(waiting):
+        with train.QUEUE.slot(owner, steps, waiting) as held:
             clock["start"] = time.monotonic()
             model, history = workers.run(fn, kwargs, on_progress=evaluated, on_step=step_done)
             seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
+    except train.SessionBusy as error:
+        progress.empty()
+        st.warning(f"Not started: {error}. Any press or change on this page stops the earlier one at its next step; "
+                   "press the button again then.")
+        return
     except (ValueError, RuntimeError) as error:  # a refused size, a worker that died: say so, keep the page
         progress.empty()
         st.error(f"Training stopped: {error}")
@@ -152,21 +167,21 @@ else:
                           d_mlp=4 * d_model if mlp else None, normalization="LN" if ln else None, seed=seed)
         memory = train.estimate_mb(cfg, 32)
         require_budget(memory, f"training a model of {cfg.n_params():,} parameters")
-    except (ValueError, BudgetError) as error:
+    except (ValueError, BudgetError) as error:  # no Train button; the last trained model below stays
         st.error(str(error))
-        st.stop()
-    st.caption(f"{cfg.n_params():,} parameters · vocabulary {cfg.d_vocab:,} "
-               f"({'words' if source in ('words', 'upload') else 'characters' if source == 'chars' else 'random ids'}) · "
-               f"batches of 32 × {n_ctx} tokens · ≈ {memory:,.0f} MB while training · seed {seed} (sidebar) · "
-               f"at most {train.QUEUE.limit} trainings run at once on this server, {train.QUEUE.running} running now")
-    if st.button("Train", type="primary", icon=":material/play_arrow:"):
-        extras = "".join([", MLP" if mlp else "", ", LN" if ln else ""])
-        length = (n_ctx - 1) // 2
-        run(f"{n_layers}L×{n_heads}H d{d_model} ctx {n_ctx}{extras}, {data.SOURCES[source]}, {steps} steps, lr {lr:g}, "
-            f"seed {seed}", steps, train.train, {"cfg": cfg, "data": batches, "steps": steps, "lr": lr, "seed": seed,
-                                                 "tokenizer": tokenizer, "eval_every": max(1, steps // 40),
-                                                 "watch": length if n_layers else None},
-            length)
+    else:
+        st.caption(f"{cfg.n_params():,} parameters · vocabulary {cfg.d_vocab:,} "
+                   f"({'words' if source in ('words', 'upload') else 'characters' if source == 'chars' else 'random ids'}) · "
+                   f"batches of 32 × {n_ctx} tokens · ≈ {memory:,.0f} MB while training · seed {seed} (sidebar) · "
+                   f"at most {train.QUEUE.limit} trainings run at once on this server, {train.QUEUE.running} running now")
+        if st.button("Train", type="primary", icon=":material/play_arrow:"):
+            extras = "".join([", MLP" if mlp else "", ", LN" if ln else ""])
+            length = (n_ctx - 1) // 2
+            run(f"{n_layers}L×{n_heads}H d{d_model} ctx {n_ctx}{extras}, {data.SOURCES[source]}, {steps} steps, "
+                f"lr {lr:g}, seed {seed}", steps, train.train,
+                {"cfg": cfg, "data": batches, "steps": steps, "lr": lr, "seed": seed, "tokenizer": tokenizer,
+                 "eval_every": max(1, steps // 40), "watch": length if n_layers else None},
+                length)
 
 last = st.session_state.get("last_trained")
 if last and last["label"] in st.session_state.get("session_models", {}):

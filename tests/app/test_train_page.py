@@ -2,6 +2,8 @@
 
 import dataclasses
 import re
+import threading
+import time
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -121,3 +123,110 @@ def test_two_trainings_get_two_entries_with_their_settings():
     labels = list(at.session_state["session_models"])
     assert len(labels) == 2 and "lr 0.01" in labels[0] and "lr 0.001" in labels[1]
     assert at.session_state["model"] == labels[1]
+
+
+TINY = {"t_d_model": 32, "t_heads": 2, "t_ctx": 32, "t_data": "random", "t_steps": 50}
+
+
+def download_buttons(at: AppTest) -> list[str]:
+    return [b.proto.label for b in at.get("download_button")]
+
+
+@pytest.mark.parametrize("invalid, message", [
+    ({"t_data": "upload"}, "upload a .txt file to train on it"),  # "upload" with no file yet
+    ({"t_layers": 4, "t_d_model": 256, "t_heads": 16, "t_ctx": 128, "t_mlp": True}, "above this server's budget"),
+])
+def test_invalid_settings_say_why_and_keep_the_last_trained_model_and_its_download(invalid, message):
+    at = train_page(**TINY)
+    at.button[0].click().run()
+    label = at.session_state["last_trained"]["label"]
+    assert download_buttons(at) == ["Download as .safetensors"]
+    for key, value in invalid.items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception, at.exception
+    assert [e.value for e in at.main.error if message in e.value], [e.value for e in at.main.error]
+    assert not at.button  # nothing to train with these settings
+    assert any(s.value == "The model you trained last" for s in at.subheader)
+    assert download_buttons(at) == ["Download as .safetensors"]
+    assert at.session_state["model"] == label and label in at.session_state["session_models"]
+
+
+def spy_on_progress(monkeypatch) -> list[str]:
+    """Every text a progress bar is updated with, in order (the page's bar is gone once the training ends)."""
+    from streamlit.elements.progress import ProgressMixin
+
+    texts, original = [], ProgressMixin.progress
+
+    def progress(self, value, text=None, **kwargs):
+        texts.append(text)
+        return original(self, value, text, **kwargs)
+
+    monkeypatch.setattr(ProgressMixin, "progress", progress)
+    return texts
+
+
+def test_a_waiting_training_shows_its_place_and_the_estimated_wait_then_the_time_left(monkeypatch):
+    queue = train.TrainingQueue(limit=1)  # this server's queue, fresh: one slot, no training measured yet
+    monkeypatch.setattr(train, "QUEUE", queue)
+    texts = spy_on_progress(monkeypatch)
+    at = train_page(**TINY)
+    holding = threading.Event()
+
+    def another_session():  # holds the only slot 2 s: 1 s before its first step, then at step 50 of 100 after 30 s
+        with queue.slot("another session", 100, on_wait=lambda p, _: None) as ticket:
+            holding.set()
+            time.sleep(1.0)
+            ticket.started = time.monotonic() - 30.0
+            ticket.advance(50)
+            time.sleep(1.0)
+
+    holder = threading.Thread(target=another_session)
+    holder.start()
+    holding.wait()
+    at.button[0].click().run()
+    holder.join()
+    assert not at.exception, at.exception
+    assert len(at.session_state["session_models"]) == 1  # it trained once the slot freed
+    waiting = [t for t in texts if t and t.startswith("Waiting for a free training slot: position 1 in the queue "
+                                                      "(1 of 1 running) · ")]
+    unknown = [i for i, t in enumerate(waiting) if t.endswith("no training has finished on this server yet to "
+                                                              "estimate the wait")]
+    estimated = [(i, int(m.group(1))) for i, t in enumerate(waiting)
+                 if (m := re.search(r"about (\d+) s until a slot frees, from the trainings measured here$", t))]
+    assert unknown and estimated and len(unknown) + len(estimated) == len(waiting), waiting
+    assert max(unknown) < min(i for i, _ in estimated)  # no estimate before the running one's first step
+    assert all(30 <= s <= 32 for _, s in estimated), estimated  # its 50 steps to go at its 50 steps per 30 s
+
+    running = [re.search(r"^step (\d+) of at most 50 · ([\d.]+) s · \d+ steps/s · about (\d+) s left", t or "")
+               for t in texts]
+    running = [(int(m.group(1)), float(m.group(2)), int(m.group(3))) for m in running if m]
+    assert running and running[-1][0] == 50 and running[-1][2] == 0, texts
+    for step, elapsed, left in running:  # this run's own rate, as shown beside it (elapsed to 0.1 s)
+        assert abs(left - (50 - step) * elapsed / step) <= 0.5 + 0.05 * (50 - step) / step + 1e-9, (step, elapsed, left)
+
+
+def test_a_second_training_from_the_same_session_is_refused_while_its_first_holds_a_place(monkeypatch):
+    queue = train.TrainingQueue(limit=2)
+    monkeypatch.setattr(train, "QUEUE", queue)
+    at = train_page(train_owner="this session", **TINY)
+    inside, release = threading.Event(), threading.Event()
+
+    def first():  # this session's earlier run, still holding its slot
+        with queue.slot("this session", 50, on_wait=lambda p, _: None):
+            inside.set()
+            release.wait()
+
+    earlier = threading.Thread(target=first)
+    earlier.start()
+    inside.wait()
+    at.button[0].click().run()
+    assert not at.exception, at.exception
+    assert [w.value for w in at.warning] == [
+        "Not started: this session already has a training running or waiting for a slot; one training per session at "
+        "a time. Any press or change on this page stops the earlier one at its next step; press the button again then."]
+    assert "last_trained" not in at.session_state and queue.running == 1  # nothing trained, the slot left free
+    release.set()
+    earlier.join()
+    at.button[0].click().run()  # once it has stopped, the session trains
+    assert not at.warning and len(at.session_state["session_models"]) == 1

@@ -1,15 +1,35 @@
 """What every page shares with the app shell: URL-bound widgets, this session's models, the input tokens."""
 
+import gc
 import importlib
 import math
 import re
+import sys
 
 import streamlit as st
 
 from mechlib import data, zoo
 from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
+from mechlib.device import MEMORY, BudgetError
 from mechlib.model import Transformer
+
+
+_frozen_modules = [0]  # len(sys.modules) at the last gc.freeze(), process-wide
+
+
+def freeze_libraries() -> None:
+    """Keep Streamlit's garbage collection cheap. Streamlit runs a full ``gc.collect()`` after every script run
+    (``runner.postScriptGC``) while holding the GIL, so it stalls every session: with torch, plotly, pandas and
+    mechlib loaded it walks ~260,000 objects, 75–170 ms a run, half of a class's server time (measured with
+    ``bench/classroom_load``). ``gc.freeze()`` moves every object alive now to a generation collections skip.
+    Libraries keep importing more as pages first use them (torch's compiler and sympy arrive with the first
+    einops call), so this freezes again at the start of any run after the set of imported modules has grown:
+    a handful of times per process, after which a collection walks only what the reruns leave behind."""
+    if len(sys.modules) > _frozen_modules[0]:
+        _frozen_modules[0] = len(sys.modules)
+        gc.collect()
+        gc.freeze()
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-!$~|<>:])")  # what Markdown, LaTeX ($) and Streamlit's :directives: act on
@@ -106,13 +126,20 @@ def check_line(what: str, check: Check) -> str:
 
 @st.cache_data(max_entries=256, show_spinner="Computing…")
 def _section(module: str, name: str, key: tuple, _model, args: tuple):
-    return getattr(importlib.import_module(module), name)(_model, *args)
+    with MEMORY.hold(_model.cfg.estimate_mb(batch=1), f"{name} on this model"):
+        return getattr(importlib.import_module(module), name)(_model, *args)
 
 
 def section(experiment, key: tuple, model, *args):
     """A page section's result: ``experiment(model, *args)`` from mechlib, cached server-wide on plain values
-    (the experiment's name, the model's key from ``current_model``, the arguments); never on the model itself."""
-    return _section(experiment.__module__, experiment.__name__, key, model, args)
+    (the experiment's name, the model's key from ``current_model``, the arguments); never on the model itself.
+    A computation holds the model's estimate under the server-wide budget (``MEMORY``) while it runs; one
+    that finds no room in time stops the page with the server's message."""
+    try:
+        return _section(experiment.__module__, experiment.__name__, key, model, args)
+    except BudgetError as error:
+        st.error(f"{error}.")
+        st.stop()
 
 
 DEFAULT_PROMPT = "the class of an object is its type . the class of an object is"

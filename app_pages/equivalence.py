@@ -7,14 +7,15 @@ import streamlit as st
 
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
-from mechlib.device import BudgetError, budget_mb
+from mechlib.device import MEMORY, BudgetError, budget_mb
 from shell import check_line, select_slider, slider
 
 
 @st.cache_data(max_entries=64, show_spinner="Computing both readings…")
 def compute(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
             dtype: str, position: int) -> equivalence.EquivalenceResult:
-    return equivalence.run(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)
+    with MEMORY.hold(equivalence.peak_mb(batch, seq, d_vocab, d_model, n_heads), "this attention layer"):
+        return equivalence.run(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)
 
 
 st.title("Multi-head attention is a sum over heads")

@@ -10,7 +10,7 @@ import streamlit as st
 from mechlib import data, figures, induction, train, workers, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
-from mechlib.device import BudgetError, require_budget
+from mechlib.device import MEMORY, BudgetError, require_budget
 from shell import add_session_model, literal, section, select_slider, slider
 
 PRESET = train.INDUCTION_PRESET
@@ -42,7 +42,7 @@ def chosen_upload(n_ctx: int) -> tuple[str, str] | None:
     return saved[1:]
 
 
-def run(label: str, steps: int, fn, kwargs: dict, length: int) -> None:
+def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float) -> None:
     """Train ``fn(**kwargs)`` in a queue slot, in a worker process (``workers.run``), drawing every head's attention
     on the watched repeated sequence (segment ``length``) and the curves at each evaluation; then add the model to
     this session. The figures are built once and updated in place (``figures.LiveTraining``). While it waits, the
@@ -85,7 +85,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int) -> None:
 
     owner = st.session_state.setdefault("train_owner", uuid.uuid4().hex)  # this session, to the server-wide queue
     try:
-        with train.QUEUE.slot(owner, steps, waiting) as held:
+        with train.QUEUE.slot(owner, steps, waiting) as held, MEMORY.hold(memory_mb, "this training"):
             clock["start"] = time.monotonic()
             model, history = workers.run(fn, kwargs, on_progress=evaluated, on_step=step_done)
             seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
@@ -94,7 +94,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int) -> None:
         st.warning(f"Not started: {error}. Any press or change on this page stops the earlier one at its next step; "
                    "press the button again then.")
         return
-    except (ValueError, RuntimeError) as error:  # a refused size, a worker that died: say so, keep the page
+    except (ValueError, RuntimeError) as error:  # a refused size, a busy server, a worker that died: say so, keep the page
         progress.empty()
         st.error(f"Training stopped: {error}")
         return
@@ -127,7 +127,8 @@ if task == PRESET.name:
                f"lr {PRESET.lr:g} · seed {seed} (sidebar) · at most {train.QUEUE.limit} trainings run at once on this "
                f"server, {train.QUEUE.running} running now")
     if st.button("Watch an induction head form", type="primary", icon=":material/play_arrow:"):
-        run(f"{PRESET.name}, seed {seed}", PRESET.steps, PRESET.train, {"seed": seed}, PRESET.data.length)
+        run(f"{PRESET.name}, seed {seed}", PRESET.steps, PRESET.train, {"seed": seed}, PRESET.data.length,
+            train.estimate_mb(PRESET.cfg, PRESET.batch_size))
 else:
     st.markdown(
         "**Your own model**, on text (the built-in text or a file of yours) or on random tokens with repeats: the "
@@ -181,7 +182,7 @@ else:
                 f"lr {lr:g}, seed {seed}", steps, train.train,
                 {"cfg": cfg, "data": batches, "steps": steps, "lr": lr, "seed": seed, "tokenizer": tokenizer,
                  "eval_every": max(1, steps // 40), "watch": length if n_layers else None},
-                length)
+                length, memory)
 
 last = st.session_state.get("last_trained")
 if last and last["label"] in st.session_state.get("session_models", {}):

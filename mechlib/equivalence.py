@@ -18,7 +18,7 @@ from mechlib.checks import TOLERANCE, Check, compare
 from mechlib.config import ModelConfig
 from mechlib.device import DEVICE, budget_mb, median_ms, require_budget, to_numpy
 
-__all__ = ["SEED_SIZES", "EquivalenceResult", "steps", "estimate_mb", "lookup_mb", "run", "wo_row_owner",
+__all__ = ["SEED_SIZES", "EquivalenceResult", "steps", "estimate_mb", "lookup_mb", "peak_mb", "run", "wo_row_owner",
            "concatenated_W_O", "wo_block_check"]
 
 SEED_SIZES = {"batch": 1, "seq": 20, "d_vocab": 50_000, "d_model": 512, "n_heads": 8}
@@ -76,6 +76,19 @@ def lookup_mb(batch: int, seq: int, d_vocab: int, d_model: int, dtype: str) -> f
     return (batch * seq * d_vocab * size + cast + batch * seq * d_model * size) / 1e6
 
 
+def _lookup_runs(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, dtype: str) -> bool:
+    """Whether ``run`` checks the one-hot product in ``dtype``: within the memory budget and ``LOOKUP_MAX_MACS``."""
+    fits = estimate_mb(batch, seq, d_vocab, d_model, n_heads) + lookup_mb(batch, seq, d_vocab, d_model, dtype) <= budget_mb()
+    return fits and batch * seq * d_vocab * d_model <= LOOKUP_MAX_MACS
+
+
+def peak_mb(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> float:
+    """Peak memory of ``run`` in MB: ``estimate_mb`` plus the larger one-hot check it makes."""
+    checks = [lookup_mb(batch, seq, d_vocab, d_model, name) for name in DTYPES
+              if _lookup_runs(batch, seq, d_vocab, d_model, n_heads, name)]
+    return estimate_mb(batch, seq, d_vocab, d_model, n_heads) + max(checks, default=0.0)
+
+
 def wo_row_owner(row: int | torch.Tensor, d_head: int) -> tuple[int | torch.Tensor, int | torch.Tensor]:
     """Row r of the concatenated W_O is row r mod d_head of head r // d_head's block."""
     return row // d_head, row % d_head
@@ -130,7 +143,7 @@ def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: in
     for name, dt in DTYPES.items():
         lookup_sizes[name] = lookup_mb(batch, seq, d_vocab, d_model, name)
         lookups[name] = None
-        if base_mb + lookup_sizes[name] <= budget_mb() and batch * seq * V * D <= LOOKUP_MAX_MACS:
+        if _lookup_runs(batch, seq, V, D, H, name):
             W_E_d = W_E.to(DEVICE, dt)                             # [d_vocab d_model]
             one_hot = torch.zeros(batch, seq, V, dtype=dt, device=DEVICE).scatter_(
                 -1, tokens.to(DEVICE)[..., None], 1.0)             # [batch pos d_vocab]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mechlib import data, io
 from mechlib.config import ModelConfig
-from mechlib.device import DEVICE
+from mechlib.device import DEVICE, MEMORY
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
@@ -83,7 +83,10 @@ def _cached(key: tuple, build: Callable[[], Model]) -> Model:
 
 def random_model(cfg: ModelConfig) -> Transformer:
     """The shared, read-only model with random weights drawn from ``cfg`` (its seed included)."""
-    return _cached(("random", cfg, str(DEVICE)), lambda: Transformer(cfg))
+    def build() -> Transformer:
+        with MEMORY.hold(cfg.estimate_mb(batch=0), f"a model of {cfg.n_params():,} parameters"):  # its weights
+            return Transformer(cfg)
+    return _cached(("random", cfg, str(DEVICE)), build)
 
 
 def from_checkpoint(data: bytes) -> tuple[str, Model]:

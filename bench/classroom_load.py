@@ -1,0 +1,411 @@
+"""A class on one server: simulated students move sliders over the analysis pages while others train.
+
+Run from the repository root: .venv/bin/python -m bench.classroom_load --clients 30 --minutes 3 [--train 5]
+[--pages equivalence,patterns,...] [--drill] [--url http://127.0.0.1:PORT] [--server-pids PID,...]
+
+Without ``--url`` it starts ``streamlit run app.py`` on a free port (with the project's .streamlit/config.toml)
+and measures that server; ``--url`` measures a running one (e.g. ``bench/replicas.sh``'s proxy), whose processes
+``--server-pids`` names for the memory figures. No browsers: each student is one websocket speaking Streamlit's
+own protocol, so what is measured is the server. A student opens a page, then every 2–5 s (think time, after the
+reply) moves one of the page's widgets, at random, and waits for "script finished": a slider dragged by up to a
+tenth of its range, or a radio or select box set to another option; after four
+moves it opens the next page of ``--pages``. ``--train`` of the clients press the Train page's preset instead,
+again and again. ``--drill`` adds one student who, once the class is running, makes ten fast moves of the
+Equivalence page's d_model slider (0.3 s apart, without waiting for replies), as a student dragging it would.
+
+A move counts as changing the output when the content the student sees (text, tables, charts, metrics; not the
+widgets themselves) differs from before the move; a no-op rerun (the same values sent again) is the control, and
+must change nothing. Prints, per page, the reply time to a move (p50, p95, max) and the share of moves that
+changed the output; page openings; trainings (time from the press to the result, queue waits included);
+exceptions shown to students, error messages, disconnects; and the server's memory (resident set of the server
+and its worker processes, sampled every second) during the run and after the students leave.
+"""
+
+import argparse
+import asyncio
+import hashlib
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ["equivalence", "patterns", "residual", "circuits", "lstm"]
+MOVES_PER_PAGE = 4
+THINK_S = (2.0, 5.0)
+REPLY_TIMEOUT_S = 120.0
+PRESET_BUTTON = "Watch an induction head form"
+CONTENT = {"markdown", "plotly_chart", "metric", "table", "dataframe", "heading", "alert", "code", "text", "json",
+           "progress", "exception"}
+
+
+class Stats:
+    """What the whole class saw."""
+
+    def __init__(self):
+        self.moves = defaultdict(list)      # page -> reply seconds
+        self.changed = defaultdict(int)     # page -> moves that changed the output
+        self.opens = []                     # seconds to open a page
+        self.noop = [0, 0]                  # no-op reruns: [changed the output, total]
+        self.trainings, self.queue_waits = [], []
+        self.exceptions, self.errors, self.disconnects, self.timeouts = [], defaultdict(int), 0, 0
+        self.drill = []
+
+
+class Student:
+    """One browser tab: a websocket, the page it is on, the sliders it was shown and what its screen shows."""
+
+    def __init__(self, url: str, stats: Stats, rng: random.Random):
+        self.url, self.stats, self.rng = url, stats, rng
+        self.page, self.sliders, self.choices, self.values = "", {}, {}, {}
+        self.buttons, self.screen, self.texts = {}, {}, []
+
+    async def connect(self) -> None:
+        self.ws = await connect(self.url, max_size=None, open_timeout=60, ping_interval=None)
+
+    def digest(self) -> str:
+        return hashlib.sha256(b"".join(v for _, v in sorted(self.screen.items()))).hexdigest()
+
+    async def rerun(self, widgets: list | None = None, fragment: str = "", press: str | None = None) -> float:
+        """Send one rerun request; read deltas until "script finished"; seconds it took."""
+        message = BackMsg()
+        message.rerun_script.page_name = self.page
+        if fragment:
+            message.rerun_script.fragment_id = fragment
+        for state in widgets or []:
+            message.rerun_script.widget_states.widgets.append(state)
+        if press is not None:
+            widget = message.rerun_script.widget_states.widgets.add()
+            widget.id, widget.trigger_value = self.buttons[press], True
+        start = time.perf_counter()
+        await self.ws.send(message.SerializeToString())
+        return await self.read_until_finished(start, full=not fragment)
+
+    async def read_until_finished(self, start: float, full: bool) -> float:
+        if full:
+            self.screen.clear()
+        while True:
+            reply = ForwardMsg()
+            reply.ParseFromString(await asyncio.wait_for(self.ws.recv(), REPLY_TIMEOUT_S))
+            kind = reply.WhichOneof("type")
+            if kind == "delta" and reply.delta.WhichOneof("type") == "new_element":
+                self.shown(reply.delta.new_element, tuple(reply.metadata.delta_path), reply.delta.fragment_id)
+            elif kind == "script_finished" and reply.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                return time.perf_counter() - start
+
+    def shown(self, element, path: tuple, fragment: str) -> None:
+        kind = element.WhichOneof("type")
+        if kind == "slider":
+            self.sliders[element.slider.label] = (element.slider, fragment)
+        elif kind in ("radio", "selectbox") and path[:1] == (0,):  # the page's own, not the sidebar's model picker
+            self.choices[getattr(element, kind).label] = (getattr(element, kind), fragment)
+        elif kind == "button":
+            self.buttons[element.button.label] = element.button.id
+        elif kind in CONTENT:
+            self.screen[path] = element.SerializeToString()
+            if kind == "exception":
+                self.stats.exceptions.append(f"{self.page}: {element.exception.type}: {element.exception.message}")
+            elif kind == "alert":
+                self.texts.append(element.alert.body)
+                if element.alert.format == element.alert.ERROR:
+                    self.stats.errors[f"{self.page}: {element.alert.body[:90]}"] += 1
+
+    async def open(self, page: str) -> float:
+        self.page, self.sliders, self.choices, self.values = page, {}, {}, {}
+        return await self.rerun()
+
+    def drag(self, label: str) -> tuple:
+        """(widget state of the slider ``label`` dragged by up to a tenth of its range, its fragment)."""
+        proto, fragment = self.sliders[label]
+        current = self.current(label, proto)
+        state = BackMsg().rerun_script.widget_states.widgets.add()
+        state.id = proto.id
+        if proto.options:  # a select slider: its value is the option's text
+            index, n = int(current), len(proto.options)
+            step = self.rng.choice([-1, 1]) * self.rng.randint(1, max(1, n // 10))
+            new = index + step if 0 <= index + step < n else index - step
+            state.string_array_value.data.append(proto.options[min(max(new, 0), n - 1)])
+        else:
+            low, high, unit = proto.min, proto.max, proto.step or 1
+            steps = max(1, int((high - low) / unit / 10))
+            value = current + self.rng.choice([-1, 1]) * self.rng.randint(1, steps) * unit
+            if not low <= value <= high:
+                value = 2 * current - value
+            value = min(max(value, low), high)
+            state.double_array_value.data.append(value)
+        self.values[label] = list(proto.options).index(state.string_array_value.data[0]) if proto.options else value
+        return state, fragment
+
+    def current(self, label: str, proto) -> float:
+        """The slider's value on this student's screen: set by the server, else the last drag, else the default."""
+        if proto.set_value and proto.value:
+            return proto.value[0]
+        if label in self.values and (len(proto.options) > self.values[label] if proto.options
+                                     else proto.min <= self.values[label] <= proto.max):
+            return self.values[label]
+        return proto.default[0]
+
+    def choose(self, label: str) -> tuple:
+        """(widget state of the radio or select box ``label`` set to another of its options, its fragment)."""
+        proto, fragment = self.choices[label]
+        if proto.set_value and proto.HasField("raw_value"):
+            current = proto.raw_value
+        elif self.values.get(label) in proto.options:
+            current = self.values[label]
+        else:
+            current = proto.options[proto.default] if proto.HasField("default") else None
+        state = BackMsg().rerun_script.widget_states.widgets.add()
+        state.id, state.string_value = proto.id, self.rng.choice([o for o in proto.options if o != current])
+        self.values[label] = state.string_value
+        return state, fragment
+
+    def movable(self) -> list[tuple]:
+        sliders = [(self.drag, label) for label, (proto, _) in self.sliders.items()
+                   if (len(proto.options) > 1) or (not proto.options and proto.max > proto.min)]
+        return sliders + [(self.choose, label) for label, (proto, _) in self.choices.items() if len(proto.options) > 1]
+
+    async def move(self) -> None:
+        """Drag a slider or pick another option of a radio or select box, one of the page's at random."""
+        widgets = self.movable()
+        if not widgets:
+            return
+        change, label = self.rng.choice(widgets)
+        state, fragment = change(label)
+        before = self.digest()
+        self.stats.moves[self.page].append(await self.rerun([state], fragment))
+        self.stats.changed[self.page] += self.digest() != before
+
+    async def noop(self) -> None:
+        before = self.digest()
+        await self.rerun()
+        self.stats.noop[0] += self.digest() != before
+        self.stats.noop[1] += 1
+
+
+async def think(rng: random.Random, stop: asyncio.Event) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), rng.uniform(*THINK_S))
+    except TimeoutError:
+        pass
+
+
+async def analyse(student: Student, pages: list[str], stop: asyncio.Event) -> None:
+    """A student on the analysis pages until ``stop``; reconnects after a disconnect."""
+    turn = pages.index(student.rng.choice(pages))
+    while not stop.is_set():
+        try:
+            await student.connect()
+            while not stop.is_set():
+                student.stats.opens.append(await student.open(pages[turn % len(pages)]))
+                turn += 1
+                if student.stats.noop[1] < 2 * len(pages):
+                    await student.noop()
+                for _ in range(MOVES_PER_PAGE):
+                    await think(student.rng, stop)
+                    if stop.is_set():
+                        break
+                    await student.move()
+        except ConnectionClosed:
+            student.stats.disconnects += 1
+        except TimeoutError:
+            student.stats.timeouts += 1
+        finally:
+            await student.ws.close()
+
+
+async def trains(student: Student, stop: asyncio.Event) -> None:
+    """A student pressing the Train page's preset, again and again, until ``stop``."""
+    await student.connect()
+    try:
+        await student.open("train")
+        while not stop.is_set():
+            student.texts.clear()
+            start = time.perf_counter()
+            await student.rerun(press=PRESET_BUTTON)  # trains, then reruns to show the result
+            if any("Training stopped at step" in t for t in student.texts):
+                student.stats.trainings.append(time.perf_counter() - start)
+            await think(student.rng, stop)
+    except ConnectionClosed:
+        student.stats.disconnects += 1
+    except TimeoutError:
+        student.stats.timeouts += 1
+    finally:
+        await student.ws.close()
+
+
+async def drill(url: str, stats: Stats, delay_s: float) -> None:
+    """Ten fast moves of the Equivalence page's d_model slider, 0.3 s apart, not waiting for replies."""
+    await asyncio.sleep(delay_s)
+    student = Student(url, stats, random.Random(99))
+    await student.connect()
+    await student.open("equivalence")
+    proto, _ = student.sliders["d_model D"]
+    start, last = time.perf_counter(), int(proto.max)
+    for d_model in range(last - 9 * 8, last + 1, 8):
+        message = BackMsg()
+        message.rerun_script.page_name = "equivalence"
+        state = message.rerun_script.widget_states.widgets.add()
+        state.id = proto.id
+        state.double_array_value.data.append(d_model)
+        await student.ws.send(message.SerializeToString())
+        await asyncio.sleep(0.3)
+    shown = f"= {last} / ".encode()  # the page's caption "d_head = D / H = 1024 / 8 = …" for the last value
+    while not any(shown in content for content in student.screen.values()):
+        elapsed = await student.read_until_finished(start, full=True)
+    stats.drill.append(elapsed)
+    await student.ws.close()
+
+
+def threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+def rss_mb(pids: list[int]) -> float:
+    """Resident memory of ``pids`` and all their descendants, in MB (from /proc)."""
+    children = defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                children[int(stat.rsplit(")", 1)[1].split()[1])].append(int(entry.name))
+            except OSError:
+                continue
+    total, todo = 0, list(pids)
+    while todo:
+        pid = todo.pop()
+        todo += children[pid]
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+async def sample(pids: list[int], stop: asyncio.Event, into: list[float], counts: list[int]) -> None:
+    while not stop.is_set():
+        into.append(rss_mb(pids))
+        counts.append(max(threads(pid) for pid in pids))
+        try:
+            await asyncio.wait_for(stop.wait(), 1.0)
+        except TimeoutError:
+            pass
+
+
+def quantiles(xs: list[float]) -> str:
+    if not xs:
+        return "none"
+    xs = sorted(xs)
+    return (f"p50 {statistics.median(xs) * 1e3:6,.0f} ms · p95 {xs[int(0.95 * (len(xs) - 1))] * 1e3:6,.0f} ms · "
+            f"max {xs[-1] * 1e3:6,.0f} ms")
+
+
+async def measure(url: str, pids: list[int], args) -> None:
+    stats, stop, memory, after, counts = Stats(), asyncio.Event(), [], [], []
+    idle = rss_mb(pids)
+    sampler = asyncio.ensure_future(sample(pids, stop, memory, counts))
+    analysts = [Student(url, stats, random.Random(i)) for i in range(args.clients - args.train)]
+    trainers = [Student(url, stats, random.Random(1000 + i)) for i in range(args.train)]
+    tasks = [asyncio.ensure_future(analyse(s, args.pages, stop)) for s in analysts]
+    tasks += [asyncio.ensure_future(trains(s, stop)) for s in trainers]
+    if args.drill:
+        tasks.append(asyncio.ensure_future(drill(url, stats, 20.0)))
+    await asyncio.sleep(60 * args.minutes)
+    stop.set()
+    await asyncio.gather(*tasks, sampler)
+    peak = max(memory)
+    for _ in range(args.settle):
+        await asyncio.sleep(1.0)
+        after.append(rss_mb(pids))
+
+    print(f"{args.clients} clients for {args.minutes:g} min ({len(analysts)} on {', '.join(args.pages)}; "
+          f"{len(trainers)} training{'; the rapid-slider drill' if args.drill else ''})")
+    all_moves = [t for page in args.pages for t in stats.moves[page]]
+    for page in args.pages:
+        moves = stats.moves[page]
+        print(f"  {page:12s} {len(moves):4d} moves  {quantiles(moves)} · changed the output in "
+              f"{stats.changed[page]} of {len(moves)}")
+    print(f"  {'every move':12s} {len(all_moves):4d} moves  {quantiles(all_moves)} "
+          f"({len(all_moves) / (60 * args.minutes):.1f} moves/s)")
+    print(f"  {'page opens':12s} {len(stats.opens):4d}        {quantiles(stats.opens)}")
+    print(f"  no-op reruns (the control) that changed the output: {stats.noop[0]} of {stats.noop[1]}")
+    if trainers:
+        print(f"  trainings    {len(stats.trainings):4d}        {quantiles(stats.trainings)} (press to result, "
+              "queue included)")
+    if args.drill:
+        print(f"  drill: the page showed the last of ten fast d_model moves {stats.drill[0]:.1f} s after the first"
+              if stats.drill else "  drill: did not finish")
+    print(f"  exceptions shown {len(stats.exceptions)}, disconnects {stats.disconnects}, timeouts "
+          f"(> {REPLY_TIMEOUT_S:.0f} s) {stats.timeouts}, error messages {sum(stats.errors.values())}")
+    for text in sorted(set(stats.exceptions))[:5]:
+        print(f"    exception: {text[:160]}")
+    for text, n in sorted(stats.errors.items(), key=lambda kv: -kv[1])[:5]:
+        print(f"    {n} × {text}")
+    print(f"  server memory (RSS, with workers): {idle:,.0f} MB before, {min(memory):,.0f}–{peak:,.0f} MB during, "
+          f"{after[-1] if after else memory[-1]:,.0f} MB {args.settle} s after the students left; at most "
+          f"{max(counts)} threads in a server process")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(port: int, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"nothing listens on port {port} after {seconds} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--train", type=int, default=0, help="how many of the clients train")
+    parser.add_argument("--pages", type=lambda s: s.split(","), default=PAGES)
+    parser.add_argument("--drill", action="store_true")
+    parser.add_argument("--settle", type=int, default=30, help="seconds to watch memory after the students leave")
+    parser.add_argument("--url", help="a running server (http://HOST:PORT); default: start one")
+    parser.add_argument("--server-pids", type=lambda s: [int(p) for p in s.split(",")], default=[])
+    args = parser.parse_args()
+    print(f"$ .venv/bin/python -m bench.classroom_load {' '.join(sys.argv[1:])}".rstrip())
+    print(f"{os.cpu_count()} CPU cores")
+    server = None
+    if args.url is None:
+        port = free_port()
+        server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                                   "--server.address", "127.0.0.1"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        wait_for(port)
+        args.url, args.server_pids = f"http://127.0.0.1:{port}", [server.pid]
+    try:
+        ws_url = args.url.replace("http", "ws", 1).rstrip("/") + "/_stcore/stream"
+        asyncio.run(measure(ws_url, args.server_pids, args))
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
+
+
+if __name__ == "__main__":
+    main()

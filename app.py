@@ -7,7 +7,8 @@ from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
-from shell import add_session_model, clean_url_ints, freeze_libraries, literal, select_slider, session_model, slider
+from shell import (add_session_model, clean_url_ints, freeze_libraries, literal, select_slider, session_model, slider,
+                   warm_up)
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide")
 
@@ -115,6 +116,7 @@ def sidebar() -> None:
 
 
 freeze_libraries()
+warm_up()
 navigation = st.navigation(PAGES)
 with st.sidebar:
     sidebar()

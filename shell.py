@@ -5,10 +5,11 @@ import importlib
 import math
 import re
 import sys
+import threading
 
 import streamlit as st
 
-from mechlib import data, zoo
+from mechlib import bigrams, data, zoo
 from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
 from mechlib.device import MEMORY, BudgetError
@@ -30,6 +31,16 @@ def freeze_libraries() -> None:
         _frozen_modules[0] = len(sys.modules)
         gc.collect()
         gc.freeze()
+
+
+@st.cache_resource(show_spinner=False)
+def warm_up() -> None:
+    """Once per server process, in the background: the zero-layer section's best rank-d_model fit
+    (``bigrams.best_fit_kl``, 10–20 s of CPU), so the first student to open the Circuits page reads it from the
+    process's cache instead of waiting for it (a student who comes sooner waits for this thread's result)."""
+    model = zoo.load("attn-only-0l")
+    threading.Thread(target=bigrams.best_fit_kl, args=(model.tokenizer.to_json(), model.cfg.d_model), daemon=True,
+                     name="warm-up: best bigram fit").start()
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-!$~|<>:])")  # what Markdown, LaTeX ($) and Streamlit's :directives: act on

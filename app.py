@@ -87,12 +87,21 @@ def model_picker() -> None:
     shipped = [name for name in zoo.names() if zoo.path(name).exists() and isinstance(zoo.RECIPES[name].cfg, ModelConfig)]
     session = st.session_state.setdefault("session_models", {})
     options = shipped + ["random"] + list(session)
+
+    def label(option: str) -> str:
+        return f"zoo: {option}" if option in shipped else ("random, from sizes" if option == "random" else option)
+
+    asked = st.query_params.get("model")
+    if asked is not None and asked not in map(label, options):  # e.g. a link to another student's upload
+        del st.query_params["model"]
+        st.session_state["url_notes"] = [f"The link's model “{literal(asked)}” is not in this session (trained and "
+                                         "uploaded models stay in the session that made them), so it is not shown."]
+        st.rerun()
     if "select_model" in st.session_state:
         st.session_state["model"] = st.session_state.pop("select_model")
     if st.session_state.get("model") not in options:
         st.session_state["model"] = DEFAULT_MODEL if DEFAULT_MODEL in shipped else "random"
-    picked = st.selectbox("model", options, key="model", bind="query-params",
-                          format_func=lambda o: f"zoo: {o}" if o in shipped else ("random, from sizes" if o == "random" else o))
+    picked = st.selectbox("model", options, key="model", bind="query-params", format_func=label)
     if picked in shipped:
         st.session_state["model_choice"] = ("zoo", picked)
         st.caption(zoo.RECIPES[picked].description)

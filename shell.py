@@ -39,8 +39,9 @@ def warm_up() -> None:
     (``bigrams.best_fit_kl``, 10–20 s of CPU), so the first student to open the Circuits page reads it from the
     process's cache instead of waiting for it (a student who comes sooner waits for this thread's result)."""
     model = zoo.load("attn-only-0l")
-    threading.Thread(target=bigrams.best_fit_kl, args=(model.tokenizer.to_json(), model.cfg.d_model), daemon=True,
-                     name="warm-up: best bigram fit").start()
+    threading.Thread(target=bigrams.best_fit_kl, args=(model.tokenizer.to_json(), model.cfg.d_model), daemon=False,
+                     name="warm-up: best bigram fit").start()  # not a daemon (script threads are): torch aborts a
+                                                               # process that exits while a daemon thread is in it
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-!$~|<>:])")  # what Markdown, LaTeX ($) and Streamlit's :directives: act on

@@ -17,8 +17,9 @@ A move counts as changing the output when the content the student sees (text, ta
 widgets themselves) differs from before the move; a no-op rerun (the same values sent again) is the control, and
 must change nothing. Prints, per page, the reply time to a move (p50, p95, max) and the share of moves that
 changed the output; page openings; trainings (time from the press to the result, queue waits included);
-exceptions shown to students, error messages, disconnects; and the server's memory (resident set of the server
-and its worker processes, sampled every second) during the run and after the students leave.
+exceptions shown to students, error messages, disconnects; and the server's memory (the server process's resident
+set, and the proportional set of it with its training workers; sampled every second) during the run and after
+the students leave.
 """
 
 import argparse
@@ -67,7 +68,7 @@ class Student:
 
     def __init__(self, url: str, stats: Stats, rng: random.Random):
         self.url, self.stats, self.rng = url, stats, rng
-        self.page, self.sliders, self.choices, self.values = "", {}, {}, {}
+        self.page, self.query, self.sliders, self.choices, self.values = "", "", {}, {}, {}
         self.buttons, self.screen, self.texts = {}, {}, []
 
     async def connect(self) -> None:
@@ -80,6 +81,7 @@ class Student:
         """Send one rerun request; read deltas until "script finished"; seconds it took."""
         message = BackMsg()
         message.rerun_script.page_name = self.page
+        message.rerun_script.query_string = self.query  # the address bar, as the server last set it
         if fragment:
             message.rerun_script.fragment_id = fragment
         for state in widgets or []:
@@ -92,14 +94,17 @@ class Student:
         return await self.read_until_finished(start, full=not fragment)
 
     async def read_until_finished(self, start: float, full: bool) -> float:
-        if full:
+        if full:  # a full run redraws the page: what it does not draw again is gone
             self.screen.clear()
+            self.sliders, self.choices = {}, {}
         while True:
             reply = ForwardMsg()
             reply.ParseFromString(await asyncio.wait_for(self.ws.recv(), REPLY_TIMEOUT_S))
             kind = reply.WhichOneof("type")
             if kind == "delta" and reply.delta.WhichOneof("type") == "new_element":
                 self.shown(reply.delta.new_element, tuple(reply.metadata.delta_path), reply.delta.fragment_id)
+            elif kind == "page_info_changed":  # widgets bound to the URL wrote their values there
+                self.query = reply.page_info_changed.query_string
             elif kind == "script_finished" and reply.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
                 return time.perf_counter() - start
 
@@ -121,7 +126,7 @@ class Student:
                     self.stats.errors[f"{self.page}: {element.alert.body[:90]}"] += 1
 
     async def open(self, page: str) -> float:
-        self.page, self.sliders, self.choices, self.values = page, {}, {}, {}
+        self.page, self.query, self.sliders, self.choices = page, "", {}, {}  # a link to the page, no parameters
         return await self.rerun()
 
     def drag(self, label: str) -> tuple:
@@ -143,16 +148,18 @@ class Student:
                 value = 2 * current - value
             value = min(max(value, low), high)
             state.double_array_value.data.append(value)
-        self.values[label] = list(proto.options).index(state.string_array_value.data[0]) if proto.options else value
+        chosen = list(proto.options).index(state.string_array_value.data[0]) if proto.options else value
+        self.values[self.page, label] = chosen
         return state, fragment
 
     def current(self, label: str, proto) -> float:
-        """The slider's value on this student's screen: set by the server, else the last drag, else the default."""
+        """The slider's value on this student's screen: set by the server, else the last drag on this page (the
+        widgets keep their values when the student comes back to a page), else the default."""
         if proto.set_value and proto.value:
             return proto.value[0]
-        if label in self.values and (len(proto.options) > self.values[label] if proto.options
-                                     else proto.min <= self.values[label] <= proto.max):
-            return self.values[label]
+        last = self.values.get((self.page, label))
+        if last is not None and (len(proto.options) > last if proto.options else proto.min <= last <= proto.max):
+            return last
         return proto.default[0]
 
     def choose(self, label: str) -> tuple:
@@ -160,13 +167,13 @@ class Student:
         proto, fragment = self.choices[label]
         if proto.set_value and proto.HasField("raw_value"):
             current = proto.raw_value
-        elif self.values.get(label) in proto.options:
-            current = self.values[label]
+        elif self.values.get((self.page, label)) in proto.options:
+            current = self.values[self.page, label]
         else:
             current = proto.options[proto.default] if proto.HasField("default") else None
         state = BackMsg().rerun_script.widget_states.widgets.add()
         state.id, state.string_value = proto.id, self.rng.choice([o for o in proto.options if o != current])
-        self.values[label] = state.string_value
+        self.values[self.page, label] = state.string_value
         return state, fragment
 
     def movable(self) -> list[tuple]:
@@ -273,8 +280,10 @@ def threads(pid: int) -> int:
     return 0
 
 
-def rss_mb(pids: list[int]) -> float:
-    """Resident memory of ``pids`` and all their descendants, in MB (from /proc)."""
+def memory_mb(pids: list[int]) -> tuple[float, float]:
+    """(resident set of ``pids`` themselves, proportional set of them and all their descendants), in MB, from
+    /proc. The second counts a page shared by several processes (torch's libraries in the server and in each
+    training worker) once, split between them, so it is the memory the whole server really takes."""
     children = defaultdict(list)
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -283,22 +292,30 @@ def rss_mb(pids: list[int]) -> float:
                 children[int(stat.rsplit(")", 1)[1].split()[1])].append(int(entry.name))
             except OSError:
                 continue
-    total, todo = 0, list(pids)
+    rss = pss = 0
+    todo = list(pids)
     while todo:
         pid = todo.pop()
         todo += children[pid]
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
+            if pid in pids:
+                rss += _field_kb(f"/proc/{pid}/status", "VmRSS:")
+            pss += _field_kb(f"/proc/{pid}/smaps_rollup", "Pss:")
         except OSError:
             continue
-    return total / 1024
+    return rss / 1024, pss / 1024
 
 
-async def sample(pids: list[int], stop: asyncio.Event, into: list[float], counts: list[int]) -> None:
+def _field_kb(path: str, name: str) -> int:
+    for line in Path(path).read_text().splitlines():
+        if line.startswith(name):
+            return int(line.split()[1])
+    return 0
+
+
+async def sample(pids: list[int], stop: asyncio.Event, into: list[tuple], counts: list[int]) -> None:
     while not stop.is_set():
-        into.append(rss_mb(pids))
+        into.append(memory_mb(pids))
         counts.append(max(threads(pid) for pid in pids))
         try:
             await asyncio.wait_for(stop.wait(), 1.0)
@@ -316,7 +333,7 @@ def quantiles(xs: list[float]) -> str:
 
 async def measure(url: str, pids: list[int], args) -> None:
     stats, stop, memory, after, counts = Stats(), asyncio.Event(), [], [], []
-    idle = rss_mb(pids)
+    idle = memory_mb(pids)
     sampler = asyncio.ensure_future(sample(pids, stop, memory, counts))
     analysts = [Student(url, stats, random.Random(i)) for i in range(args.clients - args.train)]
     trainers = [Student(url, stats, random.Random(1000 + i)) for i in range(args.train)]
@@ -327,10 +344,10 @@ async def measure(url: str, pids: list[int], args) -> None:
     await asyncio.sleep(60 * args.minutes)
     stop.set()
     await asyncio.gather(*tasks, sampler)
-    peak = max(memory)
     for _ in range(args.settle):
         await asyncio.sleep(1.0)
-        after.append(rss_mb(pids))
+        after.append(memory_mb(pids))
+    after = after or memory[-1:]
 
     print(f"{args.clients} clients for {args.minutes:g} min ({len(analysts)} on {', '.join(args.pages)}; "
           f"{len(trainers)} training{'; the rapid-slider drill' if args.drill else ''})")
@@ -355,9 +372,10 @@ async def measure(url: str, pids: list[int], args) -> None:
         print(f"    exception: {text[:160]}")
     for text, n in sorted(stats.errors.items(), key=lambda kv: -kv[1])[:5]:
         print(f"    {n} × {text}")
-    print(f"  server memory (RSS, with workers): {idle:,.0f} MB before, {min(memory):,.0f}–{peak:,.0f} MB during, "
-          f"{after[-1] if after else memory[-1]:,.0f} MB {args.settle} s after the students left; at most "
-          f"{max(counts)} threads in a server process")
+    for i, what in enumerate(["server process (RSS)", "with its training workers (PSS)"]):
+        print(f"  memory, {what}: {idle[i]:,.0f} MB before, up to {max(m[i] for m in memory):,.0f} MB during, "
+              f"{after[-1][i]:,.0f} MB {args.settle} s after the students left")
+    print(f"  at most {max(counts)} threads in a server process")
 
 
 def free_port() -> int:

@@ -8,6 +8,7 @@ from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
+from shell import literal
 from tests.app.helpers import APP, shown_checks
 
 
@@ -65,6 +66,20 @@ def test_crafted_random_model_sizes_are_clamped_or_dropped(key, raw, field, valu
     assert len(warnings(at)) == 1 and f"The link's {key} is " in warnings(at)[0]
     assert at.session_state["model"] == "random"
     assert getattr(ModelConfig.from_json(at.session_state["model_choice"][1]), field) == value
+
+
+@pytest.mark.parametrize("asked", ["uploaded: someone-else.safetensors", "zoo: no-such-model", "**bold**"])
+def test_a_link_to_a_model_this_session_lacks_says_so_and_shows_the_default(asked):
+    at = open_link(model=asked)
+    assert not at.exception
+    assert warnings(at) == [f"The link's model “{literal(asked)}” is not in this session (trained and uploaded models stay in "
+                            "the session that made them), so it is not shown."]
+    assert at.sidebar.selectbox(key="model").value == "gelu-2l" and "model" not in at.query_params
+
+
+def test_a_link_to_a_shipped_model_opens_it_without_a_warning():
+    at = open_link(model="zoo: attn-only-1l")
+    assert warnings(at) == [] and at.sidebar.selectbox(key="model").value == "attn-only-1l"
 
 
 def test_an_lstm_checkpoint_is_refused_and_the_uploaded_model_stays():

@@ -4,7 +4,7 @@ Streamlit reads ``.streamlit/config.toml`` beside the main script after the one 
 project's settings win over a stray folder's own (here one that asks for full tracebacks and 200 MB uploads);
 only command-line flags and STREAMLIT_* variables, which the person starting the server types, override them.
 Each test starts the real server on a free port and speaks its websocket protocol as a browser does
-(``bench/class_load.py``). An uncaught exception is raised without test code in the app: a mistyped
+(as ``bench/classroom_load.py`` does). An uncaught exception is raised without test code in the app: a mistyped
 ``MECHLIB_THREADS`` fails mechlib's import in every script run.
 """
 

@@ -1,5 +1,6 @@
 """Trainings in worker processes: the same model as in-process, progress relayed, a stop honoured, errors raised."""
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,6 +30,11 @@ def test_a_worker_trains_the_model_a_thread_would_and_relays_every_report():
     assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), here.model.state_dict().values()))
     assert history == here.history and [p.step for p in reports] == [10, 20, 30, 40] and steps == [10, 20, 30, 40]
     assert reports[-1].patterns.shape == (2, 2, 11, 11)
+
+
+def test_workers_train_below_the_pages_priority():
+    pool, _ = workers._pool()  # the pool itself: a training's own code cannot tell its niceness back
+    assert pool.submit(os.nice, 0).result() == min(19, os.nice(0) + workers.WORKER_NICE)
 
 
 def test_a_caller_that_stops_stops_the_worker_and_the_pool_goes_on():

@@ -4,14 +4,14 @@ Run from the repository root: .venv/bin/python -m bench.classroom_load --clients
 [--pages equivalence,patterns,...] [--drill] [--url http://127.0.0.1:PORT] [--server-pids PID,...]
 
 Without ``--url`` it starts ``streamlit run app.py`` on a free port (with the project's .streamlit/config.toml)
-and measures that server; ``--url`` measures a running one (e.g. ``bench/replicas.sh``'s proxy), whose processes
-``--server-pids`` names for the memory figures. No browsers: each student is one websocket speaking Streamlit's
-own protocol, so what is measured is the server. A student opens a page, then every 2–5 s (think time, after the
-reply) moves one of the page's widgets, at random, and waits for "script finished": a slider dragged by up to a
-tenth of its range, or a radio or select box set to another option; after four
-moves it opens the next page of ``--pages``. ``--train`` of the clients press the Train page's preset instead,
-again and again. ``--drill`` adds one student who, once the class is running, makes ten fast moves of the
-Equivalence page's d_model slider (0.3 s apart, without waiting for replies), as a student dragging it would.
+and measures that server; ``--url`` measures a running one (e.g. a proxy in front of several), whose processes
+``--server-pids`` names for the memory figures. No browsers: each student is one websocket speaking Streamlit's own
+protocol, so what is measured is the server. Students join over the first 30 s. A student opens a page, then every
+2–5 s (think time, after the reply) moves one of the page's widgets, at random, and waits for "script finished": a
+slider dragged by up to a tenth of its range, or a radio or select box set to another option; after four moves it
+opens the next page of ``--pages``. ``--train`` of the clients press the Train page's preset instead, again and
+again. ``--drill`` adds one student who, once the class is running, makes ten fast moves of the Equivalence page's
+d_model slider (0.3 s apart, without waiting for replies), as a student dragging it would.
 
 A move counts as changing the output when the content the student sees (text, tables, charts, metrics; not the
 widgets themselves) differs from before the move; a no-op rerun (the same values sent again) is the control, and
@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["equivalence", "patterns", "residual", "circuits", "lstm"]
 MOVES_PER_PAGE = 4
 THINK_S = (2.0, 5.0)
+ARRIVALS_S = (0.0, 30.0)  # students join over the first half minute, as a class does
 REPLY_TIMEOUT_S = 120.0
 PRESET_BUTTON = "Watch an induction head form"
 CONTENT = {"markdown", "plotly_chart", "metric", "table", "dataframe", "heading", "alert", "code", "text", "json",
@@ -199,9 +200,9 @@ class Student:
         self.stats.noop[1] += 1
 
 
-async def think(rng: random.Random, stop: asyncio.Event) -> None:
+async def think(rng: random.Random, stop: asyncio.Event, seconds: tuple[float, float] = THINK_S) -> None:
     try:
-        await asyncio.wait_for(stop.wait(), rng.uniform(*THINK_S))
+        await asyncio.wait_for(stop.wait(), rng.uniform(*seconds))
     except TimeoutError:
         pass
 
@@ -209,6 +210,7 @@ async def think(rng: random.Random, stop: asyncio.Event) -> None:
 async def analyse(student: Student, pages: list[str], stop: asyncio.Event) -> None:
     """A student on the analysis pages until ``stop``; reconnects after a disconnect."""
     turn = pages.index(student.rng.choice(pages))
+    await think(student.rng, stop, ARRIVALS_S)
     while not stop.is_set():
         try:
             await student.connect()
@@ -232,6 +234,7 @@ async def analyse(student: Student, pages: list[str], stop: asyncio.Event) -> No
 
 async def trains(student: Student, stop: asyncio.Event) -> None:
     """A student pressing the Train page's preset, again and again, until ``stop``."""
+    await think(student.rng, stop, ARRIVALS_S)
     await student.connect()
     try:
         await student.open("train")

@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from streamlit.proto.BackMsg_pb2 import BackMsg
@@ -207,13 +209,27 @@ async def think(rng: random.Random, stop: asyncio.Event, seconds: tuple[float, f
         pass
 
 
+@asynccontextmanager
+async def connected(student: Student) -> AsyncIterator[None]:
+    """The student's websocket for the block; a disconnect, or a reply later than ``REPLY_TIMEOUT_S``, ends the
+    block and is counted."""
+    await student.connect()
+    try:
+        yield
+    except ConnectionClosed:
+        student.stats.disconnects += 1
+    except TimeoutError:
+        student.stats.timeouts += 1
+    finally:
+        await student.ws.close()
+
+
 async def analyse(student: Student, pages: list[str], stop: asyncio.Event) -> None:
     """A student on the analysis pages until ``stop``; reconnects after a disconnect."""
     turn = pages.index(student.rng.choice(pages))
     await think(student.rng, stop, ARRIVALS_S)
     while not stop.is_set():
-        try:
-            await student.connect()
+        async with connected(student):
             while not stop.is_set():
                 student.stats.opens.append(await student.open(pages[turn % len(pages)]))
                 turn += 1
@@ -224,19 +240,12 @@ async def analyse(student: Student, pages: list[str], stop: asyncio.Event) -> No
                     if stop.is_set():
                         break
                     await student.move()
-        except ConnectionClosed:
-            student.stats.disconnects += 1
-        except TimeoutError:
-            student.stats.timeouts += 1
-        finally:
-            await student.ws.close()
 
 
 async def trains(student: Student, stop: asyncio.Event) -> None:
     """A student pressing the Train page's preset, again and again, until ``stop``."""
     await think(student.rng, stop, ARRIVALS_S)
-    await student.connect()
-    try:
+    async with connected(student):
         await student.open("train")
         while not stop.is_set():
             student.texts.clear()
@@ -245,12 +254,6 @@ async def trains(student: Student, stop: asyncio.Event) -> None:
             if any("Training stopped at step" in t for t in student.texts):
                 student.stats.trainings.append(time.perf_counter() - start)
             await think(student.rng, stop)
-    except ConnectionClosed:
-        student.stats.disconnects += 1
-    except TimeoutError:
-        student.stats.timeouts += 1
-    finally:
-        await student.ws.close()
 
 
 async def drill(url: str, stats: Stats, delay_s: float) -> None:

@@ -1,16 +1,22 @@
 """Addition Machines: the app shell. Navigation, and the sidebar every page shares."""
 
+import re
+
 import streamlit as st
 
 import mechlib
+import sections
 from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
+from mechlib.store import ID_CHARS, STORE, StoreError
 from shell import (add_session_model, clean_url_ints, freeze_libraries, literal, select_slider, session_model, slider,
                    warm_up)
 
-st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide")
+PRESENTING = str(st.query_params.get(sections.PRESENT, "")).lower() in ("1", "true")  # before the toggle is drawn
+st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide",
+                   initial_sidebar_state="collapsed" if PRESENTING else "auto")
 
 DEFAULT_MODEL = "gelu-2l"  # MLPs and LayerNorm: every kind of term shows on the residual-stream page
 PAGES = [
@@ -23,6 +29,7 @@ PAGES = [
     st.Page("app_pages/lstm.py", title="The LSTM analogy", icon=":material/memory_alt:", url_path="lstm"),
     st.Page("app_pages/train.py", title="Train a model", icon=":material/model_training:", url_path="train"),
 ]
+LINKED = re.compile(r"(?P<kind>trained|uploaded) (?P<id>[a-z2-7]{%d})(: |$)" % ID_CHARS)  # a stored model's label
 URL_INTS = {"seed": (0, 2**31 - 1), "layers": (0, 4), "vocab": (2, 50_000), "ctx": (1, 2_048)}  # the sidebar's bounds
 
 
@@ -62,9 +69,8 @@ def upload_checkpoint() -> None:
         st.error(f"{literal(upload.name)}: this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses "
                  "its own models. The previous model stays selected.")
         return
-    label = f"uploaded: {upload.name}"
-    if st.session_state["session_models"].get(label) != data:
-        add_session_model(label, data)
+    if data not in st.session_state["session_models"].values():
+        add_session_model("uploaded", upload.name, data)
         st.rerun()
 
 
@@ -87,21 +93,34 @@ def model_picker() -> None:
     shipped = [name for name in zoo.names() if zoo.path(name).exists() and isinstance(zoo.RECIPES[name].cfg, ModelConfig)]
     session = st.session_state.setdefault("session_models", {})
     options = shipped + ["random"] + list(session)
+    default = DEFAULT_MODEL if DEFAULT_MODEL in shipped else "random"  # what a fresh session shows: the URL omits it
 
     def label(option: str) -> str:
         return f"zoo: {option}" if option in shipped else ("random, from sizes" if option == "random" else option)
 
     asked = st.query_params.get("model")
-    if asked is not None and asked not in map(label, options):  # e.g. a link to another student's upload
+    if asked in options and asked not in map(label, options):  # a zoo model named bare: ?model=attn-only-2l
+        st.query_params["model"] = label(asked)
+        st.rerun()
+    if asked is not None and asked not in map(label, options) and (linked := LINKED.match(asked)):
+        try:  # a trained or uploaded model another session keeps in the server's store: list it here too
+            st.query_params["model"] = add_session_model(linked["kind"], "", STORE.get(linked["id"]).data)
+            st.rerun()
+        except StoreError as error:
+            st.session_state["url_notes"] = [f"The link's model: {error}. The default model is shown instead."]
+            del st.query_params["model"]
+            st.rerun()
+    if asked is not None and asked not in map(label, options):
         del st.query_params["model"]
-        st.session_state["url_notes"] = [f"The link's model “{literal(asked)}” is not in this session (trained and "
-                                         "uploaded models stay in the session that made them), so it is not shown."]
+        st.session_state["url_notes"] = [f"The link's model “{literal(asked)}” does not exist on this server: it is "
+                                         "none of the zoo's models, and no trained model has that id (trained models "
+                                         "are kept for a while, then expire). The default model is shown instead."]
         st.rerun()
     if "select_model" in st.session_state:
         st.session_state["model"] = st.session_state.pop("select_model")
     if st.session_state.get("model") not in options:
-        st.session_state["model"] = DEFAULT_MODEL if DEFAULT_MODEL in shipped else "random"
-    picked = st.selectbox("model", options, key="model", bind="query-params", format_func=label)
+        st.session_state["model"] = default
+    picked = st.selectbox("model", options, options.index(default), key="model", bind="query-params", format_func=label)
     if picked in shipped:
         st.session_state["model_choice"] = ("zoo", picked)
         st.caption(zoo.RECIPES[picked].description)
@@ -129,4 +148,10 @@ warm_up()
 navigation = st.navigation(PAGES)
 with st.sidebar:
     sidebar()
-navigation.run()
+mode, link = st.columns([1, 1], vertical_alignment="center")
+with mode:
+    sections.presentation_toggle()
+try:
+    navigation.run()
+finally:  # after the page's widgets, so the URL holds every setting the page drew (a page may stop early)
+    sections.copy_link(link)

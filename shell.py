@@ -9,11 +9,13 @@ import threading
 
 import streamlit as st
 
+import sections
 from mechlib import bigrams, data, zoo
 from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
 from mechlib.device import MEMORY, BudgetError
 from mechlib.model import Transformer
+from mechlib.store import STORE
 
 
 _frozen_modules = [0]  # len(sys.modules) at the last gc.freeze(), process-wide
@@ -56,22 +58,24 @@ def literal(text: str) -> str:
 
 def slider(label: str, low: int, high: int, default: int, key: str, step: int = 1) -> int:
     """An int slider bound to the URL; a remembered value outside [low, high] moves to the nearest end.
-    With a single possible value there is nothing to slide: it is stated instead."""
+    ``default`` is what a fresh session shows, and the widget is always given it: Streamlit leaves a bound
+    value out of the URL when it equals the widget's default, so a slider drawn without one (default: its
+    minimum) would drop its minimum from links. With a single possible value there is nothing to slide:
+    it is stated instead."""
     if low == high:
         st.caption(f"{label}: {low} (the only one)")
         return low
-    if key in st.session_state:
+    if key in st.session_state and not low <= st.session_state[key] <= high:
         st.session_state[key] = min(max(st.session_state[key], low), high)
-        return st.slider(label, low, high, step=step, key=key, bind="query-params")
     return st.slider(label, low, high, default, step=step, key=key, bind="query-params")
 
 
 def select_slider(label: str, options: list[int], default: int, key: str) -> int:
-    """A select slider over ints bound to the URL; a remembered value no longer offered moves to the nearest option."""
-    if key in st.session_state:
+    """A select slider over ints bound to the URL, always given the fresh session's ``default`` (see ``slider``);
+    a remembered value no longer offered moves to the nearest option."""
+    if key in st.session_state and st.session_state[key] not in options:
         current = st.session_state[key]
         st.session_state[key] = min(options, key=lambda o: (abs(o - current), o))
-        return st.select_slider(label, options, key=key, bind="query-params")
     value = default if default in options else min(options, key=lambda o: abs(o - default))
     return st.select_slider(label, options, value, key=key, bind="query-params")
 
@@ -104,19 +108,23 @@ def clean_url_ints(bounds: dict[str, tuple[int, int]]) -> None:
         st.warning(note)
 
 
-SESSION_MODELS = 8  # trained or uploaded models a session keeps; the oldest goes first
+SESSION_MODELS = 8  # trained or uploaded models a session lists; the oldest goes first
 
 
-def add_session_model(label: str, data: bytes) -> None:
-    """Add a trained or uploaded checkpoint (already validated) to this session; the sidebar selects it on
-    the next run (a widget's value cannot change after it is drawn). The session keeps the bytes, so the
-    model survives the server-wide cache evicting it while other students train."""
+def add_session_model(kind: str, name: str, data: bytes) -> str:
+    """Keep a trained or uploaded checkpoint in the server's store under a short id (validated there; raises
+    ``CheckpointError``), so a link to it works in any session until it expires, and list it in this session;
+    the sidebar selects it on the next run (a widget's value cannot change after it is drawn). The session
+    keeps the bytes as well, so its own models survive the store and the model cache evicting them.
+    Returns the model's label: "trained k3q7m2xa: …", the form links carry."""
+    label = STORE.put(kind, name, data).label
     models = st.session_state.setdefault("session_models", {})
     models.pop(label, None)
     models[label] = data
     while len(models) > SESSION_MODELS:
         models.pop(next(iter(models)))
     st.session_state["select_model"] = label
+    return label
 
 
 def session_model(label: str) -> Transformer:
@@ -132,6 +140,8 @@ def verdict(passed: bool, good: str = "pass", bad: str = "FAIL") -> str:
 def check_line(what: str, check: Check) -> str:
     """An identity check as one markdown line, the same on every page: what was compared, the largest |a − b|,
     the scaled difference against its tolerance, and the verdict."""
+    sections.record(what, f"max |difference| {check.max_abs_diff:.3e}, scaled {check.max_scaled_diff:.3e}, tolerance "
+                          f"{check.tolerance:.0e}: {'pass' if check.passed else 'FAIL'}")
     return (f"{what}: max |difference| **{check.max_abs_diff:.1e}**, scaled **{check.max_scaled_diff:.1e}** against "
             f"a tolerance of **{check.tolerance:.0e}** · max(1, |reference|) — {verdict(check.passed)}")
 
@@ -147,6 +157,7 @@ def section(experiment, key: tuple, model, *args):
     (the experiment's name, the model's key from ``current_model``, the arguments); never on the model itself.
     A computation holds the model's estimate under the server-wide budget (``MEMORY``) while it runs; one
     that finds no room in time stops the page with the server's message."""
+    sections.record_call(experiment, key, args)
     try:
         return _section(experiment.__module__, experiment.__name__, key, model, args)
     except BudgetError as error:
@@ -171,15 +182,31 @@ def current_model() -> tuple[tuple, Transformer]:
     return ("session", digest), model
 
 
+@st.cache_data(max_entries=32, show_spinner=False)
+def _examples(tokenizer_json: str, n_ctx: int) -> list[str]:
+    return data.covered_prompts(data.tokenizer_from_json(tokenizer_json), 5, (8, min(40, n_ctx - 1)))
+
+
+INPUTS = ("prompt", "random tokens", "repeated random tokens")
+
+
 def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
     """The tokens a page studies: a typed prompt (with <bos> first, cut to the context with a notice, and a
-    warning when many words are unknown) or random tokens from the sidebar's seed. Returns the ids and a
-    readable label per position."""
+    warning when many words are unknown; example prompts offered are ones the vocabulary covers), random tokens
+    from the sidebar's seed, or a random segment from the seed and the segment again (the input on which
+    induction heads show). Returns the ids and a readable label per position."""
     tokenizer, n_ctx = model.tokenizer, model.cfg.n_ctx
-    kinds = ["prompt", "random tokens"] if tokenizer else ["random tokens"]
-    kind = st.radio("input", kinds, key="input", bind="query-params", horizontal=True,
-                    help=None if tokenizer else "This model has no tokenizer, so it reads random token ids.")
+    kinds = INPUTS if tokenizer else INPUTS[1:]
+    kind = st.radio("input", kinds, 0, key="input", bind="query-params", horizontal=True,
+                    help=None if tokenizer else "This model has no tokenizer, so it reads token ids.")
     if kind == "prompt":
+        examples = _examples(tokenizer.to_json(), n_ctx)
+
+        def use_example() -> None:
+            st.session_state["prompt"] = st.session_state["example"]
+
+        st.selectbox("examples whose every token this model knows", examples, None, key="example",
+                     on_change=use_example, placeholder="choose one to replace the prompt…")
         text = st.text_input("prompt", DEFAULT_PROMPT, key="prompt", bind="query-params", max_chars=2000)
         prompt = data.prompt_ids(tokenizer, text, n_ctx)
         if prompt.full_length > n_ctx:
@@ -187,8 +214,11 @@ def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
                     f"so only the first {n_ctx} are used.")
         if prompt.unknown_share > UNK_SHARE_MAX:
             st.warning(f"{prompt.unknown_share:.0%} of the prompt's tokens are <unk>: this model's vocabulary does not "
-                       "know them, so it reads them all as one token. Use words from Python's documentation.")
+                       "know them, so it reads them all as one token. Choose an example above, or use words from "
+                       "Python's documentation.")
         ids = prompt.ids
-    else:
+    elif kind == "random tokens":
         ids = data.random_ids(model.cfg.d_vocab, min(n_ctx, 24), st.session_state["seed"])
+    else:
+        ids = data.repeated_random_ids(model.cfg.d_vocab, (min(n_ctx, 25) - 1) // 2, st.session_state["seed"])
     return ids, data.token_labels(tokenizer, ids)

@@ -8,11 +8,12 @@ import streamlit as st
 
 from mechlib import data, figures, patterns
 from mechlib.checks import RANK_ZERO
+from sections import figure, metric, predict, prose, record, show, table
 from shell import check_line, current_model, input_tokens, literal, section, slider
 
 
 st.title("Patterns and messages")
-st.markdown(
+prose(
     "A head works like a soft lookup table: each position's **query** asks a question, every earlier **key** "
     "advertises what its position holds, and each **value** carries the content to hand over. So a head does two "
     "separate jobs. Its **pattern** (query against key) says where each position looks; its **messages** (value, "
@@ -35,69 +36,109 @@ with right:
     ids, labels = input_tokens(model)
 dest = slider("destination position for the messages", 0, len(ids) - 1, len(ids) - 1, key="dest")
 
-st.subheader("Regrouping: ((QKᵀ)V)O = (QKᵀ)(VO)")
-reg = section(patterns.regrouping, key, model, ids, layer, head)
-st.markdown(check_line(f"A (V W_O) of each of layer {layer}'s {cfg.n_heads} heads against the per-head results the "
-                       "model computed as ((A V) W_O) in its own forward pass", reg.check))
-cols = st.columns(2)
-for col, (name, macs) in zip(cols, reg.macs.items()):
-    col.metric(f"{name}: multiply-adds", f"{macs:,}", help=f"For this sequence, head {head}.")
-    col.caption(f"measured {reg.time_ms[name]:.3f} ms (median of 5)")
-st.caption(f"n = {len(ids)} positions, d_head = {cfg.d_head}, d_model = {cfg.d_model}. Matrix products associate, so "
-           "the two groupings give the same numbers; only the cost differs.")
+def regrouping() -> None:
+    reg = section(patterns.regrouping, key, model, ids, layer, head)
+    st.markdown(check_line(f"A (V W_O) of each of layer {layer}'s {cfg.n_heads} heads against the per-head results the "
+                           "model computed as ((A V) W_O) in its own forward pass", reg.check))
+    cols = st.columns(2)
+    for col, (name, macs) in zip(cols, reg.macs.items()):
+        metric(col, f"{name}: multiply-adds", f"{macs:,}", help=f"For this sequence, head {head}.")
+        col.caption(f"measured {reg.time_ms[name]:.3f} ms (median of 5)")
+    prose(f"n = {len(ids)} positions, d_head = {cfg.d_head}, d_model = {cfg.d_model}. Matrix products associate, so "
+          "the two groupings give the same numbers; only the cost differs.")
+    (first, first_macs), (second, second_macs) = reg.macs.items()
+    cheaper = "the same" if first_macs == second_macs else f"{first if first_macs < second_macs else second} needs fewer"
+    predict("regrouping", f"For these {len(ids)} positions, which grouping needs fewer multiply-adds?",
+            [f"{first} needs fewer", "the same", f"{second} needs fewer"], cheaper,
+            f"{first}: {first_macs:,}; {second}: {second_macs:,}. The count depends on n, d_head and d_model: "
+            "change the prompt's length or the model and the answer can flip.")
 
-st.subheader("Two d_model × d_model matrices per head, each of rank ≤ d_head")
-ranks = section(patterns.ranks, key, model, layer, head)
-left, right = st.columns([3, 2])
-with left:
-    st.plotly_chart(figures.singular_values(ranks.spectra, cfg.d_head))
-with right:
-    if ranks.vacuous:
-        st.markdown(f"Here d_head = {cfg.d_head} ≥ d_model = {cfg.d_model}: a d_model × d_model matrix has only "
-                    f"{cfg.d_model} singular values, none past d_head, so rank ≤ d_head holds for any matrix and says "
-                    "nothing about this head. " + "; ".join(f"**{name}**: rank {ranks.ranks[name]}"
-                                                            for name in ranks.spectra) + ".")
-    else:
-        st.markdown("This is linear algebra, not a finding about the model: W_Q W_Kᵀ and W_V W_O each pass through "
-                    "d_head dimensions, so neither can have a rank above d_head. The spectra show the cut:\n"
-                    + "\n".join(f"- **{name}**: σ₁ = {values[0]:.3g}, σ_{cfg.d_head} = {values[cfg.d_head - 1]:.3g}, "
-                                f"the largest past d_head {ranks.beyond[name]:.1e} × σ₁ (numerically zero below "
-                                f"{RANK_ZERO:.0e}): rank {ranks.ranks[name]}" for name, values in ranks.spectra.items()))
 
-st.subheader("Only the products matter")
-nonu = section(patterns.non_uniqueness, key, model, ids, layer, head, st.session_state["seed"])
-st.markdown("With a random invertible R (d_head × d_head, from the sidebar's seed), in float64:\n"
-            f"- {check_line('The pattern after W_Q R, W_K R⁻ᵀ against the pattern', nonu.pattern)}\n"
-            f"- {check_line('The messages after W_V R, R⁻¹ W_O against the messages', nonu.messages)}")
+def rank() -> None:
+    ranks = section(patterns.ranks, key, model, layer, head)
+    left, right = st.columns([3, 2])
+    with left:
+        figure(figures.singular_values(ranks.spectra, cfg.d_head), "singular values",
+               f"fig = figures.singular_values(result.spectra, {cfg.d_head})")
+    with right:
+        if ranks.vacuous:
+            st.markdown(f"Here d_head = {cfg.d_head} ≥ d_model = {cfg.d_model}: a d_model × d_model matrix has only "
+                        f"{cfg.d_model} singular values, none past d_head, so rank ≤ d_head holds for any matrix and "
+                        "says nothing about this head. " + "; ".join(f"**{name}**: rank {ranks.ranks[name]}"
+                                                                    for name in ranks.spectra) + ".")
+        else:
+            st.markdown("This is linear algebra, not a finding about the model: W_Q W_Kᵀ (the reading's W_p) and "
+                        "W_V W_O each pass through d_head dimensions, so neither can have a rank above d_head. The "
+                        "spectra show the cut:\n"
+                        + "\n".join(f"- **{name}**: σ₁ = {values[0]:.3g}, σ_{cfg.d_head} = {values[cfg.d_head - 1]:.3g}, "
+                                    f"the largest past d_head {ranks.beyond[name]:.1e} × σ₁ (numerically zero below "
+                                    f"{RANK_ZERO:.0e}): rank {ranks.ranks[name]}"
+                                    for name, values in ranks.spectra.items()))
+    for name, value in ranks.ranks.items():
+        record(f"rank of {name}", str(value))
+    ov = next(name for name in ranks.ranks if "W_O" in name)
+    options = sorted({cfg.d_model, cfg.d_head, ranks.ranks[ov]})
+    predict("rank", f"W_OV = W_V W_O is a {cfg.d_model} × {cfg.d_model} matrix and d_head = {cfg.d_head}. What is "
+            f"the rank of layer {layer}, head {head}'s W_OV?", [str(o) for o in options], str(ranks.ranks[ov]),
+            f"Counted from the singular values above {RANK_ZERO:.0e} × σ₁. A head writes through d_head "
+            "dimensions, so its rank cannot exceed min(d_head, d_model).")
 
-st.subheader("Pattern matching: where each position looks")
-scores = section(patterns.scores, key, model, ids, layer, head)
-st.markdown(check_line("Scores recomputed as x_i W_QK x_jᵀ / √d_head (with the query and key biases) against the "
-                       "model's cached scores", scores.check))
-left, right = st.columns(2)
-with left:
-    st.plotly_chart(figures.pattern_heatmap(scores.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", scores=True))
-with right:
-    st.plotly_chart(figures.pattern_heatmap(scores.pattern, labels, f"Layer {layer}, head {head}: the pattern A"))
-st.caption("Rows are queries (destinations), columns keys (sources); above the diagonal a position would look ahead, "
-           "so those scores are masked and their weights are 0. Softmax turns each row of scores into a row of weights.")
-if cfg.positional == "shortformer":
-    st.caption("Shortformer: the positional embedding is added to the queries' and keys' input only, so it shapes "
-               "the pattern but never travels in the messages.")
 
-st.subheader(f"Messages into position {dest} ('{literal(labels[dest])}')")
-msgs = section(patterns.messages, key, model, ids, layer, head, dest)
-table = pd.DataFrame({"source": [f"{j}: {labels[j]}" for j in range(dest + 1)],
-                      "attention weight": np.round(msgs.weights, 4), "‖message‖": np.round(msgs.norms, 3),
-                      "tokens it pushes most (via W_U)": [", ".join(data.token_labels(model.tokenizer, t))
-                                                          for t in msgs.top_tokens]})
-left, right = st.columns(2)
-with left:
-    st.plotly_chart(figures.source_bars(msgs.weights, labels[: dest + 1], f"Attention from position {dest}", "attention weight"))
-with right:
-    st.dataframe(table, hide_index=True, height=360)
-st.markdown(check_line(f"Σ_j A[{dest}, j] · message_j against the head's output the model cached at position {dest}",
-                       msgs.check))
+def only_products() -> None:
+    nonu = section(patterns.non_uniqueness, key, model, ids, layer, head, st.session_state["seed"])
+    st.markdown("With a random invertible R (d_head × d_head, from the sidebar's seed), in float64:\n"
+                f"- {check_line('The pattern after W_Q R, W_K R⁻ᵀ against the pattern', nonu.pattern)}\n"
+                f"- {check_line('The messages after W_V R, R⁻¹ W_O against the messages', nonu.messages)}")
+
+
+def pattern_matching() -> None:
+    scores = section(patterns.scores, key, model, ids, layer, head)
+    st.markdown(check_line("Scores recomputed as x_i W_QK x_jᵀ / √d_head (with the query and key biases) against "
+                           "the model's cached scores", scores.check))
+    left, right = st.columns(2)
+    with left:
+        figure(figures.pattern_heatmap(scores.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", scores=True),
+               "scores", 'fig = figures.pattern_heatmap(result.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", '
+               'scores=True)')
+    with right:
+        title = f"Layer {layer}, head {head}: the pattern A"
+        figure(figures.pattern_heatmap(scores.pattern, labels, title), "pattern",
+               f"fig = figures.pattern_heatmap(result.pattern, labels, {title!r})")
+    prose("Rows are queries (destinations), columns keys (sources); above the diagonal a position would look ahead, "
+          "so those scores are masked and their weights are 0. Softmax turns each row of scores into a row of weights.")
+    if cfg.positional == "shortformer":
+        prose("Shortformer: the positional embedding is added to the queries' and keys' input only, so it shapes "
+              "the pattern but never travels in the messages.")
+    looked = patterns.where_looked(scores.pattern, dest)
+    predict("pattern", f"Where does position {dest} ('{literal(labels[dest])}') put the most attention in layer "
+            f"{layer}, head {head}?", list(patterns.LOOKS), looked,
+            f"Its largest weight, {scores.pattern[dest].max():.2f}, is on position {int(scores.pattern[dest].argmax())} "
+            f"('{literal(labels[int(scores.pattern[dest].argmax())])}'). Another head, layer or prompt can answer "
+            "differently.")
+
+
+def message_passing() -> None:
+    msgs = section(patterns.messages, key, model, ids, layer, head, dest)
+    frame = pd.DataFrame({"source": [f"{j}: {labels[j]}" for j in range(dest + 1)],
+                          "attention weight": np.round(msgs.weights, 4), "‖message‖": np.round(msgs.norms, 3),
+                          "tokens it pushes most (via W_U)": [", ".join(data.token_labels(model.tokenizer, t))
+                                                              for t in msgs.top_tokens]})
+    left, right = st.columns(2)
+    with left:
+        figure(figures.source_bars(msgs.weights, labels[: dest + 1], f"Attention from position {dest}", "attention weight"),
+               "attention from the destination", f'fig = figures.source_bars(result.weights, labels[: {dest + 1}], '
+               f'"Attention from position {dest}", "attention weight")')
+    with right:
+        table(frame, "messages", height=360)
+    st.markdown(check_line(f"Σ_j A[{dest}, j] · message_j against the head's output the model cached at position {dest}",
+                           msgs.check))
+
+
+show([("Regrouping: ((QKᵀ)V)O = (QKᵀ)(VO)", regrouping),
+      ("Two d_model × d_model matrices per head, each of rank ≤ d_head", rank),
+      ("Only the products matter", only_products),
+      ("Pattern matching: where each position looks", pattern_matching),
+      (f"Messages into position {dest} ('{literal(labels[dest])}')", message_passing)])
 
 with st.expander("Under the hood"):
     st.markdown("`mechlib.patterns`: the checks on this page.")

@@ -142,10 +142,32 @@ def prompt_ids(tokenizer: Tokenizer, text: str, n_ctx: int) -> Prompt:
     return Prompt(ids[:n_ctx], len(ids), encoded.count(1) / len(encoded) if encoded else 0.0)
 
 
+def covered_prompts(tokenizer: Tokenizer, count: int = 5, words: tuple[int, int] = (8, 20)) -> list[str]:
+    """Up to ``count`` sentences of the held-out built-in text in which every token is in ``tokenizer``'s
+    vocabulary (no <unk>), ``words`` tokens long at least and at most: prompts this model can read whole.
+    Held-out text, so the model has not seen them in training; the same ones every time."""
+    found = []
+    for sentence in re.split(r"(?<=\.)\s+", builtin_text("heldout")):
+        sentence = " ".join(sentence.split())
+        encoded = tokenizer.encode(sentence)
+        if sentence[:1].isalpha() and words[0] <= len(encoded) <= words[1] and 1 not in encoded and sentence not in found:
+            found.append(sentence)
+            if len(found) == count:
+                break
+    return found
+
+
 def random_ids(d_vocab: int, length: int, seed: int) -> tuple[int, ...]:
     """<bos>, then ``length`` − 1 random ids from the seed (≥ 2: never <bos> or <unk> where there is room)."""
     g = torch.Generator().manual_seed(seed)
     return (0, *torch.randint(min(2, d_vocab - 1), d_vocab, (length - 1,), generator=g).tolist())
+
+
+def repeated_random_ids(d_vocab: int, length: int, seed: int) -> tuple[int, ...]:
+    """<bos>, a random segment of ``length`` ids from the seed (as ``random_ids``), then the segment again: on the
+    repeat, an induction head attends to the token after the current token's earlier occurrence."""
+    segment = random_ids(d_vocab, length + 1, seed)[1:]
+    return (0, *segment, *segment)
 
 
 def _utf16_without_mark(data: bytes) -> bool:

@@ -7,9 +7,11 @@ from plotly.colors import qualitative
 __all__ = ["plain", "head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "training_curves",
            "pattern_heatmap", "singular_values", "source_bars", "component_bars", "depth_heatmap", "overlap_heatmap",
            "token_heatmap", "eigenvalues_plot", "composition_heatmap", "patterns_grid", "time_heatmap", "histogram",
-           "loss_curves", "copy_losses"]
+           "loss_curves", "copy_losses", "for_slides"]
 
 FONT = {"size": 14}
+SLIDE_FONT = 20     # px, presentation mode: read from the back of a room at 1280 × 720 and 125 % zoom
+SLIDE_ROW_PX = 26   # px per labelled row or column of a heatmap in presentation mode, so every label fits
 
 
 def head_colour(head: int) -> str:
@@ -341,3 +343,38 @@ def copy_losses(losses: dict[str, np.ndarray], length: int, d_vocab: int, earlie
     fig.update_yaxes(title="loss (nats per token)", rangemode="tozero")
     fig.update_layout(legend={"orientation": "h", "y": -0.2})
     return _layout(fig, "Loss by position on a repeated random sequence", 460)
+
+
+def _bigger_fonts(node, inside_font: bool = False):
+    """A copy of a figure's dict with every font size raised to at least ``SLIDE_FONT``."""
+    if isinstance(node, dict):
+        out = {key: _bigger_fonts(value, inside_font or "font" in key) for key, value in node.items()}
+        if inside_font or any("font" in key for key in node):
+            for key, value in out.items():
+                if "font" in key:
+                    out[key] = {**(value or {}), "size": max(SLIDE_FONT, (value or {}).get("size") or 0)}
+        return out
+    if isinstance(node, list):
+        return [_bigger_fonts(value, inside_font) for value in node]
+    return node
+
+
+def for_slides(fig: go.Figure) -> go.Figure:
+    """A copy of ``fig`` for presentation mode: every font at least ``SLIDE_FONT`` px, every category label on
+    its axis shown (plotly thins crowded ticks), and heatmaps tall enough for one label per row."""
+    layout = _bigger_fonts(fig.to_dict()["layout"])
+    layout["font"] = {**layout.get("font", {}), "size": max(SLIDE_FONT, layout.get("font", {}).get("size", 0))}
+    slides = go.Figure(data=fig.data, layout=layout)
+    rows = 0
+    for trace in fig.data:
+        for axis in ("x", "y"):
+            values = getattr(trace, axis, None)
+            if values is not None and len(values) and isinstance(values[0], str):
+                name = f"{axis}axis{(getattr(trace, axis + 'axis', None) or axis)[1:]}"
+                slides.layout[name].update(tickmode="linear", dtick=1, tickfont={"size": SLIDE_FONT})
+                if axis == "y":
+                    rows = max(rows, len(values))
+    margin = slides.layout.margin
+    slides.update_layout(margin={"l": max(margin.l or 0, 110), "b": max(margin.b or 0, 110), "t": max(margin.t or 0, 80)},
+                         height=max(fig.layout.height or 450, rows * SLIDE_ROW_PX + 220))
+    return slides

@@ -23,7 +23,7 @@ from mechlib.model import Cache, Transformer
 from mechlib.residual import cache_of
 
 __all__ = ["head_inputs", "scores_from_W_QK", "Regrouping", "regrouping", "Ranks", "ranks",
-           "NonUniqueness", "non_uniqueness", "Scores", "scores", "Messages", "messages", "TOP_PUSHED"]
+           "NonUniqueness", "non_uniqueness", "Scores", "scores", "Messages", "messages", "TOP_PUSHED", "LOOKS", "where_looked"]
 
 TOP_PUSHED = 3  # tokens listed per message: those it raises most through W_U
 
@@ -167,3 +167,13 @@ def messages(model: Transformer, ids: tuple[int, ...], layer: int, head: int, de
     pushed = (sent @ model.unembed.W_U).topk(min(TOP_PUSHED, model.cfg.d_vocab), dim=-1).indices   # [source k]
     return Messages(to_numpy(weights.double()), to_numpy(sent.norm(dim=-1).double()), pushed.cpu().tolist(),
                     compare(weights @ sent, cache[f"blocks.{layer}.attn.hook_result"][0, dest, head], model_tolerance(model)))
+
+
+LOOKS = ("itself", "the previous position", "position 0", "another earlier position")
+
+
+def where_looked(pattern: np.ndarray, dest: int) -> str:
+    """Which of ``LOOKS`` describes the source that destination ``dest`` attends to most (pattern: [query_pos key_pos]);
+    the first that fits, in that order."""
+    source = int(pattern[dest, : dest + 1].argmax())
+    return LOOKS[0] if source == dest else LOOKS[1] if source == dest - 1 else LOOKS[2] if source == 0 else LOOKS[3]

@@ -199,3 +199,19 @@ def test_no_position_only_rule_solves_the_copying_task_as_one_does_a_fixed_dista
 def test_the_copying_task_refuses_a_context_too_short_for_two_copies():
     with pytest.raises(DataError, match="fits twice after <bos> only in a context of 33 or more, not 32"):
         data.CopyingTask(d_vocab=512, length=16).sample(torch.Generator(), 4, 32)
+
+
+def test_example_prompts_are_whole_in_the_vocabulary_and_held_out(corpus):
+    tokenizer = WordTokenizer.fit(corpus, 1000)
+    examples = data.covered_prompts(tokenizer, 5, (8, 20))
+    assert len(examples) == 5 and len(set(examples)) == 5
+    held_out = " ".join(data.builtin_text("heldout").split())
+    for text in examples:
+        prompt = data.prompt_ids(tokenizer, text, 64)
+        assert prompt.unknown_share == 0 and 8 <= prompt.full_length - 1 <= 20 and text in held_out
+    assert data.prompt_ids(tokenizer, "the cat sat on the mat", 64).unknown_share > 0  # the example fails
+
+
+def test_repeated_random_ids_repeat_the_seeds_segment():
+    ids = data.repeated_random_ids(50, 7, seed=3)
+    assert ids[0] == 0 and ids[1:8] == ids[8:] == data.random_ids(50, 8, 3)[1:] and min(ids[1:]) >= 2

@@ -79,3 +79,29 @@ def test_token_labels_reach_plotly_as_text_not_html():
                                    '3: &lt;a href="http://example.com"&gt;x&lt;/a&gt;']
     assert fig.layout.title.text == "the pattern of '&lt;b&gt;z&lt;/b&gt;'"
     assert figures.plain("no tags here") == "no tags here"
+
+
+def test_for_slides_raises_every_font_shows_every_label_and_leaves_the_original_alone():
+    labels = [f"tok{i}" for i in range(30)]
+    fig = figures.pattern_heatmap(np.tril(np.ones((30, 30))) / np.arange(1, 31)[:, None], labels, "pattern")
+    before = fig.to_dict()
+    slides = figures.for_slides(fig)
+    assert fig.to_dict() == before
+    sizes = []
+
+    def walk(node, key=""):
+        if isinstance(node, dict):
+            if "font" in key and "size" in node:
+                sizes.append(node["size"])
+            for k, v in node.items():
+                walk(v, k)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, key)
+
+    walk(slides.to_dict()["layout"])
+    assert sizes and min(sizes) >= figures.SLIDE_FONT == 20  # the 11 px tick labels included
+    for axis in (slides.layout.xaxis, slides.layout.yaxis):
+        assert axis.tickmode == "linear" and axis.dtick == 1
+    assert slides.layout.height >= 30 * figures.SLIDE_ROW_PX
+    assert slides.data[0].z.tolist() == fig.data[0].z.tolist()

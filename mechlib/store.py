@@ -1,0 +1,92 @@
+"""Checkpoints shared by a short id: a model trained or uploaded in one session, reachable from a link in another.
+
+A teacher trains a model and shares the link; thirty students open it, and a reload does not lose it. The
+store is process-wide and bounded three ways: a number of checkpoints, a number of bytes, and a lifetime
+after the last use. Every checkpoint is validated as an upload is (``zoo.from_checkpoint``) when it comes
+in, so a link can only ever name a model that loads.
+"""
+
+import base64
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mechlib import zoo
+from mechlib.io import MAX_BYTES, CheckpointError
+
+ID_CHARS = 8            # base32 letters of the content's sha256: 40 bits, so ids of different models do not collide
+MAX_COUNT = 64
+MAX_MB = 512.0
+TTL_S = 12 * 3600.0     # a class and its homework: twelve hours after the last time a session opened it
+
+
+class StoreError(KeyError):
+    """A short id that names nothing here: never stored, or expired or pushed out since."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+@dataclass(frozen=True)
+class Stored:
+    label: str          # "trained k3q7m2xa: 2L×4H d64 …" or "uploaded k3q7m2xa: mine.safetensors": the model list shows it
+    data: bytes
+
+
+def short_id(data: bytes) -> str:
+    """The first ``ID_CHARS`` base32 letters of the checkpoint's sha256, lower case: the same bytes, the same id."""
+    return base64.b32encode(hashlib.sha256(data).digest()).decode()[:ID_CHARS].lower()
+
+
+class CheckpointStore:
+    """Validated checkpoints by short id, least recently used first out; thread-safe."""
+
+    def __init__(self, max_count: int = MAX_COUNT, max_mb: float = MAX_MB, ttl_s: float = TTL_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.max_count, self.max_bytes, self.ttl_s, self.clock = max_count, max_mb * 2**20, ttl_s, clock
+        self._items: OrderedDict[str, tuple[Stored, float]] = OrderedDict()  # id -> (checkpoint, last use)
+        self._lock = threading.Lock()
+
+    def put(self, kind: str, name: str, data: bytes) -> Stored:
+        """Validate ``data`` (raises ``CheckpointError``) and keep it; returns its entry, whose label names its id."""
+        if len(data) > min(MAX_BYTES, self.max_bytes):
+            raise CheckpointError(f"the checkpoint is {len(data) / 2**20:,.1f} MB; links keep checkpoints up to "
+                                  f"{min(MAX_BYTES, self.max_bytes) / 2**20:,.0f} MB")
+        zoo.from_checkpoint(data)
+        key = short_id(data)
+        with self._lock:
+            stored = self._items.pop(key, (Stored(f"{kind} {key}: {name}", data), 0.0))[0]
+            self._items[key] = (stored, self.clock())
+            self._evict()
+        return stored
+
+    def get(self, key: str) -> Stored:
+        """The checkpoint with this id, its lifetime renewed; raises ``StoreError`` saying why there is none."""
+        with self._lock:
+            self._evict()
+            if key not in self._items:
+                raise StoreError(f"no model with id {key} is kept on this server: it was never made here, or it "
+                                 f"expired ({self.ttl_s / 3600:g} h after its last use, or pushed out by newer ones)")
+            self._items.move_to_end(key)
+            stored = self._items[key][0]
+            self._items[key] = (stored, self.clock())
+            return stored
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._evict()
+            return len(self._items)
+
+    def _evict(self) -> None:
+        """Expired ones first, then the least recently used until the count and the bytes fit (lock held)."""
+        now = self.clock()
+        for key in [key for key, (_, used) in self._items.items() if now - used > self.ttl_s]:
+            del self._items[key]
+        while len(self._items) > self.max_count or sum(len(s.data) for s, _ in self._items.values()) > self.max_bytes:
+            self._items.popitem(last=False)
+
+
+STORE = CheckpointStore()  # the server's: every session reads and writes this one

@@ -1,0 +1,39 @@
+"""Every figure's "reproduce in Python" snippet runs as printed and rebuilds the figure the page shows: the
+same traces, value for value. Each page is opened as a fresh session would see it, and on a second setting."""
+
+import json
+
+import pytest
+
+from helpers import open_page
+
+PAGES = {  # page: settings of a second session beyond the defaults, so the snippets' values are not all defaults
+    "app_pages/equivalence.py": {"H": 4, "S": 6},
+    "app_pages/patterns.py": {"input": "repeated random tokens", "head": 1},
+    "app_pages/residual.py": {"input": "random tokens"},
+    "app_pages/circuits.py": {"section": "one layer"},
+    "app_pages/lstm.py": {"l_seg": 6},
+}
+
+
+def snippets_and_charts(at) -> list[tuple[str, dict]]:
+    snippets = [code.value for code in at.code if code.value.rstrip().endswith("fig.show()")]
+    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    assert len(snippets) == len(charts) > 0, (len(snippets), len(charts))
+    return list(zip(snippets, charts))
+
+
+def rebuilt(snippet: str) -> dict:
+    namespace: dict = {}
+    exec(compile(snippet.replace("fig.show()", ""), "<snippet>", "exec"), namespace)  # noqa: S102
+    return json.loads(namespace["fig"].to_json())
+
+
+@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("setting", ["fresh", "changed"])
+def test_every_snippet_rebuilds_its_figure(page, setting):
+    at = open_page(page, **(PAGES[page] if setting == "changed" else {}))
+    for snippet, chart in snippets_and_charts(at):
+        fig = rebuilt(snippet)
+        assert fig["data"] == chart["data"], snippet
+        assert fig["layout"].get("title") == chart["layout"].get("title"), snippet

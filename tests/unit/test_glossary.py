@@ -1,0 +1,21 @@
+"""Glossary tooltips: the first occurrence of a term becomes an <abbr>, code and maths are left alone."""
+
+import html
+
+from mechlib.glossary import TERMS, with_tooltips
+
+
+def test_the_first_occurrence_gets_the_definition_and_later_ones_stay_plain():
+    out = with_tooltips("d_head is small; d_head again.")
+    assert out == f'<abbr title="{html.escape(TERMS["d_head"])}">d_head</abbr> is small; d_head again.'
+
+
+def test_code_spans_maths_and_longer_words_are_left_alone():
+    text = "`d_head` and $d_head$ and my_d_heads and logit lens"
+    assert with_tooltips(text) == ("`d_head` and $d_head$ and my_d_heads and "
+                                   f'<abbr title="{html.escape(TERMS["logit lens"])}">logit lens</abbr>')
+
+
+def test_every_definition_is_one_or_two_sentences_without_html():
+    for term, text in TERMS.items():
+        assert "<" not in text and text.endswith((".", ")")) and text.count(". ") <= 2, term

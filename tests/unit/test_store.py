@@ -1,0 +1,74 @@
+"""The server's store of trained and uploaded checkpoints: ids from content, validation, bounds, expiry."""
+
+import pytest
+
+from mechlib import io
+from mechlib.config import ModelConfig
+from mechlib.io import CheckpointError
+from mechlib.model import Transformer
+from mechlib.store import ID_CHARS, CheckpointStore, StoreError, short_id
+
+
+def checkpoint(seed: int) -> bytes:
+    return io.to_bytes(Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=20, n_ctx=8, seed=seed)))
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_id_is_the_contents_and_the_label_names_it():
+    store, data = CheckpointStore(), checkpoint(0)
+    stored = store.put("trained", "2L×4H", data)
+    key = short_id(data)
+    assert len(key) == ID_CHARS and key.isalnum() and key == key.lower()
+    assert stored.label == f"trained {key}: 2L×4H" and store.get(key).data == data
+    assert store.put("uploaded", "again.safetensors", data).label == stored.label  # the same bytes, the same entry
+    assert short_id(checkpoint(1)) != key and len(store) == 1
+
+
+def test_a_bad_checkpoint_is_refused_and_nothing_is_kept():
+    store = CheckpointStore()
+    with pytest.raises(CheckpointError):
+        store.put("uploaded", "junk", b"not a safetensors file")
+    assert len(store) == 0
+
+
+def test_an_unknown_id_says_so():
+    with pytest.raises(StoreError, match=r"^no model with id abcdefgh is kept on this server: it was never made here, "
+                                         r"or it expired \(12 h after its last use"):
+        CheckpointStore().get("abcdefgh")
+
+
+def test_entries_expire_after_their_last_use_and_use_renews_them():
+    clock = Clock()
+    store = CheckpointStore(ttl_s=100, clock=clock)
+    a, b = short_id(checkpoint(0)), short_id(checkpoint(1))
+    store.put("trained", "a", checkpoint(0))
+    store.put("trained", "b", checkpoint(1))
+    clock.now = 90
+    store.get(a)           # used at 90: lives to 190
+    clock.now = 150        # b, last used at 0, has expired
+    assert store.get(a).label.startswith(f"trained {a}")
+    with pytest.raises(StoreError):
+        store.get(b)
+
+
+def test_the_count_and_the_bytes_are_bounded_least_recently_used_first_out():
+    data = [checkpoint(seed) for seed in range(4)]
+    store = CheckpointStore(max_count=2)
+    store.put("trained", "0", data[0])
+    store.put("trained", "1", data[1])
+    store.get(short_id(data[0]))   # 1 is now the least recently used
+    store.put("trained", "2", data[2])
+    assert len(store) == 2 and store.get(short_id(data[0])) and store.get(short_id(data[2]))
+    with pytest.raises(StoreError):
+        store.get(short_id(data[1]))
+    small = CheckpointStore(max_mb=1.5 * len(data[0]) / 2**20)  # room for one
+    small.put("trained", "0", data[0])
+    small.put("trained", "1", data[1])
+    assert len(small) == 1 and small.get(short_id(data[1]))

@@ -98,9 +98,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float)
         progress.empty()
         st.error(f"Training stopped: {error}")
         return
-    st.session_state["trained_count"] = st.session_state.get("trained_count", 0) + 1
-    label = f"trained #{st.session_state['trained_count']}: {label}"
-    add_session_model(label, model)
+    label = add_session_model("trained", label, model)
     preset = task == PRESET.name
     digest, shared = zoo.from_checkpoint(model)
     circuit = section(induction.induction_circuit, ("session", digest), shared) if preset else None

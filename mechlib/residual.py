@@ -9,9 +9,11 @@ one logit into the components' shares.
 Every check here compares with a separate forward pass of the model (its logits, or its residual
 after the last block), never with a tensor built from the same parts: a missing or wrong term fails.
 The page experiments (``ledger_at``, ``depth``, ``lens``, ``attribution``, ``subspaces``) take the
-model and plain values and return frozen dataclasses of numbers, arrays and verdicts.
+model and plain values and return frozen dataclasses of numbers, arrays and verdicts; ``term_kind`` names what
+kind of component a term is, for the page's questions.
 """
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,10 +28,32 @@ from mechlib.model import LN_EPS, Cache, Transformer
 __all__ = ["cache_of", "Ledger", "ledger", "final_residual", "boundaries", "unembed", "logit_lens", "direct_logit_attribution",
            "subspace_overlap", "random_overlap", "random_overlap_sd", "least_overlap", "LedgerCheck", "ledger_check", "LedgerAt",
            "ledger_at", "Depth", "depth", "Lens", "lens", "Attribution", "attribution", "Subspaces", "subspaces",
-           "LENS_TOP", "CANDIDATES"]
+           "LENS_TOP", "CANDIDATES", "TERM_KINDS", "term_kind", "kinds_of"]
 
 LENS_TOP = 3     # tokens shown per layer boundary in the logit lens
 CANDIDATES = 10  # the model's likeliest next tokens offered for direct logit attribution
+TERM_KINDS = ("the token embedding", "the positional embedding", "a head", "an MLP", "a bias")
+_HEAD = re.compile(r"L\d+H\d+")
+
+
+def term_kind(label: str) -> str:
+    """Which of ``TERM_KINDS`` a ledger or attribution term is, from its label: "embed", "pos_embed", "L0H1",
+    "L1 MLP", or a bias ("L0 attn bias", "L1 MLP bias", and attribution's read-out "bias")."""
+    if label in ("embed", "pos_embed"):
+        return TERM_KINDS[label == "pos_embed"]
+    if _HEAD.fullmatch(label):
+        return "a head"
+    if label == "bias" or label.endswith(" bias"):
+        return "a bias"
+    if re.fullmatch(r"L\d+ MLP", label):
+        return "an MLP"
+    raise ValueError(f"{label!r} is not a term of the residual stream's ledger")
+
+
+def kinds_of(labels: list[str]) -> list[str]:
+    """The kinds of term among ``labels``, in ``TERM_KINDS`` order."""
+    present = {term_kind(label) for label in labels}
+    return [kind for kind in TERM_KINDS if kind in present]
 
 
 def cache_of(model: Transformer, ids: tuple[int, ...]) -> Cache:
@@ -181,6 +205,11 @@ class LedgerAt:
     final_norm: float         # ‖x_final‖ at the position
     check: LedgerCheck        # the sum of the terms at every position, against a separate forward pass
 
+    @property
+    def largest(self) -> str:
+        """The term that adds the most to ‖x_final‖: the longest along x̂_final."""
+        return self.labels[int(np.argmax(self.projections))]
+
 
 @torch.inference_mode()
 def ledger_at(model: Transformer, ids: tuple[int, ...], position: int) -> LedgerAt:
@@ -199,6 +228,11 @@ class Depth:
     norms: np.ndarray         # [boundary pos] ‖residual‖ at every layer boundary and position
     components: list[str]     # "L0 attention", "L0 MLP", …
     added: np.ndarray         # [component] mean ‖output‖ over positions of what each component adds
+
+    @property
+    def largest(self) -> str:
+        """The attention layer or MLP that writes the most, on average over positions ("" with no blocks)."""
+        return self.components[int(np.argmax(self.added))] if self.components else ""
 
 
 @torch.inference_mode()
@@ -221,7 +255,13 @@ class Lens:
     next_token: int | None    # the token that actually follows the position (None at the last)
     next_probs: np.ndarray    # [boundary] its probability at each boundary (empty at the last position)
     candidates: list[int]     # the model's CANDIDATES likeliest next tokens at the position
+    final_ranks: np.ndarray   # [boundary] rank (1: the top) of the last boundary's top token at each boundary
     check: Check              # the lens after the last block against a separate model(tokens), every position
+
+    @property
+    def first_top(self) -> int:
+        """The first boundary whose read-out already ranks the model's final top token first."""
+        return int(np.argmax(self.final_ranks == 1))
 
 
 @torch.inference_mode()
@@ -230,12 +270,14 @@ def lens(model: Transformer, ids: tuple[int, ...], position: int) -> Lens:
     cache = cache_of(model, ids)
     read = logit_lens(model, cache)[:, 0]                                      # [boundary pos d_vocab]
     logits = model(torch.tensor([ids]))[0]                                     # [pos d_vocab], a separate call
-    probs = read[:, position].double().softmax(-1)                             # [boundary d_vocab]
+    here = read[:, position]                                                   # [boundary d_vocab]
+    probs = here.double().softmax(-1)
+    ranks = (here > here[:, here[-1].argmax(), None]).sum(-1) + 1              # [boundary], from logits: no underflow
     top = probs.topk(min(LENS_TOP, model.cfg.d_vocab), dim=-1)
     following = ids[position + 1] if position + 1 < len(ids) else None
     return Lens(top.indices.tolist(), to_numpy(top.values), following,
                 to_numpy(probs[:, following]) if following is not None else np.zeros(0),
-                logits[position].topk(min(CANDIDATES, model.cfg.d_vocab)).indices.tolist(),
+                logits[position].topk(min(CANDIDATES, model.cfg.d_vocab)).indices.tolist(), to_numpy(ranks),
                 compare(read[-1], logits, model_tolerance(model)))
 
 
@@ -245,6 +287,17 @@ class Attribution:
     shares: np.ndarray        # [component] direct share of logit(token), minus that of logit(other) if given
     logit: float              # logit(token) − logit(other) (or logit(token)) from a separate model(tokens)
     check: Check              # the shares' sum against that logit
+
+    @property
+    def largest(self) -> str:
+        """The term that pushes the logit (or the difference) up the most."""
+        return self.labels[int(np.argmax(self.shares))]
+
+    @property
+    def top_heads(self) -> list[str]:
+        """The head (or heads, tied) with the largest direct share; none in a model with no layers."""
+        heads = {label: share for label, share in zip(self.labels, self.shares) if _HEAD.fullmatch(label)}
+        return [label for label, share in heads.items() if share == max(heads.values())]
 
 
 @torch.inference_mode()

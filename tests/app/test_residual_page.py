@@ -1,11 +1,16 @@
 """AppTest for the Residual stream page: the ledger balances against a separate forward pass, the lens ends at
-the model's logits, DLA adds up, and the subspace sentence follows the computed verdict."""
+the model's logits, DLA adds up, the subspace sentence follows the computed verdict, and every question reveals
+the answer mechlib computes for the model on screen."""
+
+import re
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from mechlib import data, residual, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
+from shell import DEFAULT_PROMPT
 from tests.app.helpers import open_page, open_page_with_model, shown_checks
 
 
@@ -64,6 +69,8 @@ def test_position_and_tokens_move():
     assert "minus that of" in at.get("plotly_chart")[-2].proto.spec
     at.radio(key="input").set_value("random tokens").run()
     checks_pass(at)
+    at.radio(key="input").set_value("repeated random tokens").run()
+    checks_pass(at)
 
 
 def test_without_layernorm_the_read_out_is_W_U_alone():
@@ -78,8 +85,11 @@ def test_zero_layer_model_is_checked_against_the_logits():
     checks_pass(at, expected=3)  # no residual after a last block: the ledger is checked against the logits only
     assert at.dataframe[0].value["term"].tolist() == ["embed"]  # shortformer: positions are not in the stream
     assert "only the logits are an independent reference" in text(at)
-    assert any("Shortformer positions enter the queries and keys only" in c.value for c in at.caption)
+    assert "Shortformer positions enter the queries and keys only, never the stream: no pos_embed term." in text(at)
     assert not any(h.value == "Do heads write to separate subspaces?" for h in at.subheader)
+    # one kind of term, no blocks to read between, no heads: only the attribution's question is left to ask
+    assert [r.key for r in at.radio if r.key.startswith("predict ")] == ["predict dla"]
+    assert at.radio(key="predict dla").options == ["the token embedding", "a bias"]
 
 
 def test_one_head_has_no_pair_to_compare():
@@ -107,8 +117,8 @@ def test_a_prompt_of_mostly_unknown_words_gets_a_warning_and_a_known_one_does_no
     at.text_input(key="prompt").set_value("the xyzzy plugh frobnitz quux").run()
     assert not at.exception
     assert [w.value for w in at.warning] == ["80% of the prompt's tokens are <unk>: this model's vocabulary does not "
-                                             "know them, so it reads them all as one token. Use words from Python's "
-                                             "documentation."]
+                                             "know them, so it reads them all as one token. Choose an example above, "
+                                             "or use words from Python's documentation."]
     at.text_input(key="prompt").set_value("the class of an object is its type").run()
     assert not at.warning
 
@@ -117,3 +127,108 @@ def test_the_start_page_says_this_page_runs_on_the_sidebars_model():
     at = open_page("app_pages/home.py")
     assert next(c.value for c in at.caption if c.value.startswith("every component reads")).endswith(
         "Runs on the model chosen in the sidebar.")
+
+
+# Questions: each revealed on two zoo models at the page's defaults (the default prompt, position len − 2), where
+# mechlib's answers differ.
+SETTINGS = ["gelu-2l", "attn-only-2l"]
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict[str, AppTest]:
+    return {name: page(model=name) for name in SETTINGS}
+
+
+def defaults(name: str) -> tuple:
+    """The model, the default prompt's ids and the default position: what the page shows on opening."""
+    model = zoo.load(name)
+    ids = data.prompt_ids(model.tokenizer, DEFAULT_PROMPT, model.cfg.n_ctx).ids
+    return model, ids, len(ids) - 2
+
+
+def reveal(at: AppTest, key: str, why: str) -> str:
+    """Predict (the first option), reveal, and read the answer shown: the bold text after "This run:" in the
+    reveal whose explanation contains ``why``."""
+    radio = at.radio(key=f"predict {key}")
+    radio.set_value(radio.options[0]).run()
+    at.toggle(key=f"reveal {key}").set_value(True).run()
+    assert not at.exception, at.exception
+    shown = [m.value for m in at.markdown if m.value.startswith("This run: ") and why in m.value]
+    assert len(shown) == 1, shown
+    return re.match(r"This run: \*\*(.+?)\*\* ", shown[0])[1]
+
+
+def expected_ledger(name: str) -> str:
+    model, ids, position = defaults(name)
+    return residual.term_kind(residual.ledger_at(model, ids, position).largest)
+
+
+def expected_depth(name: str) -> str:
+    model, ids, _ = defaults(name)
+    return residual.depth(model, ids).largest
+
+
+def expected_lens(name: str) -> str:
+    model, ids, position = defaults(name)
+    n = model.cfg.n_layers
+    options = ["the embeddings"] + [f"after block {b}" for b in range(n - 1)] + ["only at the end"]
+    return options[residual.lens(model, ids, position).first_top]
+
+
+def top_attribution(name: str) -> residual.Attribution:
+    model, ids, position = defaults(name)
+    return residual.attribution(model, ids, position, residual.lens(model, ids, position).candidates[0])
+
+
+def expected_dla(name: str) -> str:
+    return residual.term_kind(top_attribution(name).largest)
+
+
+def expected_subspaces(name: str) -> str:
+    return f"{residual.subspaces(zoo.load(name)).versus_random} random"
+
+
+@pytest.mark.parametrize("key, why, expected", [
+    ("ledger", "along x̂_final, of ‖x_final‖", expected_ledger),
+    ("depth", "Mean ‖output‖: ", expected_depth),
+    ("lens", "Its rank read at each boundary: ", expected_lens),
+    ("dla", "nats of the total", expected_dla),
+    ("subspaces", "random pairs. Another model", expected_subspaces),
+])
+def test_each_question_reveals_the_live_answer(pages, key, why, expected):
+    answers = {name: reveal(pages[name], key, why) for name in SETTINGS}
+    assert answers == {name: expected(name) for name in SETTINGS}
+    assert len(set(answers.values())) == 2, answers
+
+
+def test_the_lens_answer_is_the_first_boundary_ranking_the_final_top_token_first(pages):
+    """gelu-2l reaches its final top token only at the end; attn-only-2l already after block 0."""
+    assert expected_lens("gelu-2l") == "only at the end" and expected_lens("attn-only-2l") == "after block 0"
+    assert "Its rank read at each boundary: the embeddings 747, after block 0 5, after block 1 1." in text(pages["gelu-2l"])
+
+
+def test_the_exercise_checks_the_head_with_the_largest_direct_share(pages):
+    answers = {}
+    for name in SETTINGS:
+        at, correct = pages[name], top_attribution(name).top_heads
+        box = at.selectbox(key="exercise dla head")
+        assert box.options == [f"L{l}H{h}" for l in range(2) for h in range(zoo.load(name).cfg.n_heads)]
+        box.set_value(next(head for head in box.options if head not in correct)).run()
+        assert ":red[**✗ not this one: try again**]" in text(at)
+        at.selectbox(key="exercise dla head").set_value(correct[0]).run()
+        assert ":green[**✓ right**]" in text(at)
+        at.toggle(key="solution dla head").set_value(True).run()
+        shown = next(m.value for m in at.markdown if m.value.startswith("**L") and "direct share is" in m.value)
+        answers[name] = re.match(r"\*\*(.+?)\*\*", shown)[1]
+        assert answers[name] == ", ".join(correct)
+    assert answers == {"gelu-2l": "L1H1", "attn-only-2l": "L1H0"}
+
+
+def test_presentation_mode_shows_one_section_and_next_moves_on():
+    at = page(present=True)
+    assert not at.exception
+    assert [h.value for h in at.subheader] == ["The ledger at position 14 ('object')"]
+    assert "Notes" in [e.label for e in at.expander]  # the prose folds away
+    next(b for b in at.button if b.label == "Next").click().run()
+    assert not at.exception
+    assert [h.value for h in at.subheader] == ["The stream through depth"]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mechlib import residual, zoo
-from mechlib.checks import SEPARATE_MAX
+from mechlib.checks import SEPARATE_MAX, Check
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
 from tests.unit.helpers import randomised
@@ -263,3 +263,73 @@ def test_random_overlap_spread_matches_sampling():
     overlaps = (first.transpose(1, 2) @ second).pow(2).sum((1, 2)) / k
     assert float(overlaps.mean()) == pytest.approx(residual.random_overlap(n, k), rel=0.03)
     assert float(overlaps.std()) == pytest.approx(residual.random_overlap_sd(n, k), rel=0.05)
+
+
+# The page's questions --------------------------------------------------------------------------------------------
+
+PASSED = Check(0.0, 0.0, 1e-10)
+
+
+@pytest.mark.parametrize("label, kind", [("embed", "the token embedding"), ("pos_embed", "the positional embedding"),
+                                         ("L0H3", "a head"), ("L12H10", "a head"), ("L1 MLP", "an MLP"),
+                                         ("L0 attn bias", "a bias"), ("L1 MLP bias", "a bias"), ("bias", "a bias")])
+def test_term_kind_names_every_label_the_ledger_and_attribution_use(label, kind):
+    assert residual.term_kind(label) == kind
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@torch.inference_mode()
+def test_every_ledger_label_has_a_kind(cfg):
+    model, _, _, cache = run(cfg)
+    labels = residual.direct_logit_attribution(model, cache, torch.zeros(3, cfg.n_ctx, dtype=torch.long))[0]
+    kinds = residual.kinds_of(labels)
+    assert kinds == [kind for kind in residual.TERM_KINDS
+                     if {"the positional embedding": cfg.positional == "standard", "a head": cfg.n_layers > 0,
+                         "an MLP": cfg.d_mlp is not None and cfg.n_layers > 0}.get(kind, True)]
+
+
+@pytest.mark.parametrize("label", ["L0 attention", "L0H", "unembed", "LH1"])
+def test_term_kind_refuses_what_is_not_a_term(label):
+    with pytest.raises(ValueError, match=f"{label!r} is not a term of the residual stream's ledger"):
+        residual.term_kind(label)
+
+
+def test_the_largest_term_is_the_longest_along_the_final_residual_not_the_longest():
+    book = residual.LedgerAt(["embed", "L0H0", "L0 MLP"], np.array([1.0, 0.5, 2.0]), np.array([1.5, 9.0, 2.0]), 3.5,
+                             residual.LedgerCheck(PASSED, None))
+    assert book.largest == "L0 MLP"
+
+
+def test_the_largest_write_through_depth():
+    assert residual.Depth(np.ones((3, 4)), ["L0 attention", "L0 MLP", "L1 attention"], np.array([1.0, 3.0, 2.0])).largest \
+        == "L0 MLP"
+    assert residual.Depth(np.ones((1, 4)), [], np.zeros(0)).largest == ""
+
+
+def test_attribution_largest_term_and_top_heads():
+    labels = ["embed", "L0H0", "L0H1", "L1H0", "L0 attn bias", "bias"]
+    dla = residual.Attribution(labels, np.array([5.0, 1.0, 3.0, -2.0, 0.0, -1.0]), 6.0, PASSED)
+    assert dla.largest == "embed" and dla.top_heads == ["L0H1"]
+    tied = residual.Attribution(labels, np.array([0.0, 3.0, 3.0, -2.0, 4.0, -1.0]), 7.0, PASSED)
+    assert tied.largest == "L0 attn bias" and tied.top_heads == ["L0H0", "L0H1"]
+    assert residual.Attribution(["embed", "bias"], np.array([1.0, 2.0]), 3.0, PASSED).top_heads == []
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@torch.inference_mode()
+def test_lens_ranks_of_the_final_top_token(cfg):
+    """Against a full sort of the logit lens at every boundary: the rank ends at 1, and first_top is the first 1."""
+    model, ids = randomised(cfg), ids_for(cfg)
+    result = residual.lens(model, ids, 4)
+    read = residual.logit_lens(model, residual.cache_of(model, ids))[:, 0, 4]        # [boundary d_vocab]
+    final = int(read[-1].argmax())
+    ranks = [int((row.argsort(descending=True) == final).nonzero()) + 1 for row in read]
+    assert result.final_ranks.tolist() == ranks and ranks[-1] == 1
+    assert result.top[-1][0] == final
+    assert result.first_top == ranks.index(1)
+
+
+def test_first_top_is_the_first_boundary_at_rank_one():
+    lens = residual.Lens([], np.zeros((4, 3)), None, np.zeros(0), [], np.array([7, 1, 3, 1]), PASSED)
+    assert lens.first_top == 1
+    assert residual.Lens([], np.zeros((3, 3)), None, np.zeros(0), [], np.array([2, 5, 1]), PASSED).first_top == 2

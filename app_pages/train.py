@@ -11,6 +11,7 @@ from mechlib import data, figures, induction, train, workers, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import MEMORY, BudgetError, require_budget
+from sections import figure, predict, prose, record, show
 from shell import add_session_model, literal, section, select_slider, slider
 
 PRESET = train.INDUCTION_PRESET
@@ -42,12 +43,34 @@ def chosen_upload(n_ctx: int) -> tuple[str, str] | None:
     return saved[1:]
 
 
-def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float) -> None:
+def preset_code(seed: int) -> str:
+    """Python that trains the preset again from ``seed``, keeping every evaluation's report."""
+    return ("from mechlib import train\n\n"
+            "reports = []  # each evaluation's train.Progress: step, loss, scores, every head's pattern\n"
+            f"result = train.INDUCTION_PRESET.train(seed={seed}, on_progress=reports.append)")
+
+
+def own_code(source: str, n_ctx: int, repeats: float, upload: str | None, kwargs: dict) -> str:
+    """Python that trains this model again (``train.train`` with the page's settings: the same config and seed give
+    the same steps), keeping every evaluation's report; an upload is read from the file of that name."""
+    text = (f"text = data.validate_upload(open({upload!r}, 'rb').read(), {n_ctx})  # the file you uploaded\n"
+            if upload else "")
+    return ("from mechlib import train\nfrom mechlib.config import ModelConfig\n\n" + text
+            + f"tokenizer, batches = data.training_data({source!r}, {n_ctx}, {repeats!r}{', text' if upload else ''})\n"
+            f"cfg = {kwargs['cfg']!r}\n"
+            "reports = []  # each evaluation's train.Progress: step, loss, scores, every head's pattern\n"
+            f"result = train.train(cfg, batches, {kwargs['steps']}, lr={kwargs['lr']!r}, seed={kwargs['seed']}, "
+            f"tokenizer=tokenizer, eval_every={kwargs['eval_every']}, watch={kwargs['watch']!r}, "
+            "on_progress=reports.append)")
+
+
+def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float, code: str) -> None:
     """Train ``fn(**kwargs)`` in a queue slot, in a worker process (``workers.run``), drawing every head's attention
     on the watched repeated sequence (segment ``length``) and the curves at each evaluation; then add the model to
-    this session. The figures are built once and updated in place (``figures.LiveTraining``). While it waits, the
-    page shows its place in the queue and the measured wait; while it runs, the time left at its own rate; a second
-    press while this session's training still runs or waits is refused (``train.QUEUE``: one per session)."""
+    this session, with ``code``, the Python that trains it again. The figures are built once and updated in place
+    (``figures.LiveTraining``). While it waits, the page shows its place in the queue and the measured wait; while it
+    runs, the time left at its own rate; a second press while this session's training still runs or waits is refused
+    (``train.QUEUE``: one per session)."""
     progress = st.progress(0.0, text="Waiting for a free training slot…")
     heads_box, curves_box = (column.empty() for column in st.columns(2))
     history, live, reports = [], [], []
@@ -103,7 +126,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float)
     digest, shared = zoo.from_checkpoint(model)
     circuit = section(induction.induction_circuit, ("session", digest), shared) if preset else None
     st.session_state["last_trained"] = {"label": label, "history": history, "seconds": seconds, "last": reports[-1],
-                                        "length": length, "preset": preset, "circuit": circuit}
+                                        "length": length, "preset": preset, "circuit": circuit, "code": code}
     if preset:  # the Circuits page's two-layer section opens on this model (the sidebar selects it)
         st.session_state["c_model_attn-only-2l"] = "the sidebar's model"
     st.rerun()
@@ -113,7 +136,7 @@ st.title("Train a transformer")
 task = st.radio("what to train", [PRESET.name, "your own model"], key="t_task", horizontal=True, bind="query-params")
 seed = st.session_state["seed"]
 if task == PRESET.name:
-    st.markdown(
+    prose(
         f"**The copying task** (synthetic, not text): {PRESET.description}. A two-layer model can solve it with an "
         "**induction circuit** (Olsson et al. 2022): a layer-0 head that looks at the previous token, and a layer-1 head "
         "that finds the earlier copy of the current token and copies what came after it; the LSTM page's controls show "
@@ -126,9 +149,9 @@ if task == PRESET.name:
                f"server, {train.QUEUE.running} running now")
     if st.button("Watch an induction head form", type="primary", icon=":material/play_arrow:"):
         run(f"{PRESET.name}, seed {seed}", PRESET.steps, PRESET.train, {"seed": seed}, PRESET.data.length,
-            train.estimate_mb(PRESET.cfg, PRESET.batch_size))
+            train.estimate_mb(PRESET.cfg, PRESET.batch_size), preset_code(seed))
 else:
-    st.markdown(
+    prose(
         "**Your own model**, on text (the built-in text or a file of yours) or on random tokens with repeats: the "
         "setting of the phase change, in which induction heads appear suddenly partway through training. The "
         "right-hand chart shows the **induction score** (how much the best head attends from a repeated token to the "
@@ -176,22 +199,52 @@ else:
         if st.button("Train", type="primary", icon=":material/play_arrow:"):
             extras = "".join([", MLP" if mlp else "", ", LN" if ln else ""])
             length = (n_ctx - 1) // 2
+            kwargs = {"cfg": cfg, "data": batches, "steps": steps, "lr": lr, "seed": seed, "tokenizer": tokenizer,
+                      "eval_every": max(1, steps // 40), "watch": length if n_layers else None}
             run(f"{n_layers}L×{n_heads}H d{d_model} ctx {n_ctx}{extras}, {data.SOURCES[source]}, {steps} steps, "
-                f"lr {lr:g}, seed {seed}", steps, train.train,
-                {"cfg": cfg, "data": batches, "steps": steps, "lr": lr, "seed": seed, "tokenizer": tokenizer,
-                 "eval_every": max(1, steps // 40), "watch": length if n_layers else None},
-                length, memory)
+                f"lr {lr:g}, seed {seed}", steps, train.train, kwargs, length, memory,
+                own_code(source, n_ctx, repeats, st.session_state["train_text"][0] if upload else None, kwargs))
 
-last = st.session_state.get("last_trained")
-if last and last["label"] in st.session_state.get("session_models", {}):
-    st.subheader("The model you trained last")
+
+def passed_bar(history: list[dict[str, float]]) -> dict[str, float] | None:
+    """The first evaluation past the preset's bar (``Preset.formed``), or None."""
+    return next((row for row in history if row["induction"] >= PRESET.induction_target
+                 and row["prev_token"] >= PREV_TOKEN_MIN), None)
+
+
+def trained_last() -> None:
+    """The last training's result: its figures (each with the code that trains it again), the circuit check for the
+    preset, the question of the preset's bar, and its download."""
     st.caption(literal(last["label"]))
-    final, report = last["history"][-1], last["last"]
+    history, final, report = last["history"], last["history"][-1], last["last"]
+    if "induction" in final:
+        reached = passed_bar(history)
+        best = max(history, key=lambda row: row["induction"])
+        predict("bar", f"Will the best head's induction score reach {PRESET.induction_target} beside a previous-token "
+                f"head ≥ {PREV_TOKEN_MIN} (the preset's bar) within the {report.steps:,} steps set?", ["yes", "no"],
+                "yes" if reached else "no",
+                (f"At step {reached['step']:,}: induction score {reached['induction']:.2f}, previous-token score "
+                 f"{reached['prev_token']:.2f}." if reached else
+                 f"Its best induction score was {best['induction']:.2f} (step {best['step']:,}), its best "
+                 f"previous-token score {max(row['prev_token'] for row in history):.2f}.")
+                + " Other sizes, data, steps or seeds can answer differently.")
     left, right = st.columns(2) if report.patterns is not None else (None, st.container())
     if left:
-        left.plotly_chart(figures.heads_forming(report.patterns, report.step, last["length"]))
-    right.plotly_chart(figures.training_curves(last["history"]))
-    scores = f"induction score {final['induction']:.2f}, previous-token score {final['prev_token']:.2f}" if "induction" in final else ""
+        with left:
+            figure(figures.heads_forming(report.patterns, report.step, last["length"]), "heads at the last step",
+                   last["code"] + f"\nfig = figures.heads_forming(reports[-1].patterns, reports[-1].step, "
+                                  f"{last['length']})")
+    with right:
+        figure(figures.training_curves(history), "training curves",
+               last["code"] + "\nfig = figures.training_curves(result.history)")
+    record("steps", str(final["step"]))
+    record("final loss (nats per token)", f"{final['loss']:.3f}")
+    record("second-repeat loss (nats per token)", f"{final['repeat_loss']:.3f}")
+    scores = ""
+    if "induction" in final:
+        scores = f"induction score {final['induction']:.2f}, previous-token score {final['prev_token']:.2f}"
+        record("induction score", f"{final['induction']:.2f}")
+        record("previous-token score", f"{final['prev_token']:.2f}")
     if last["preset"]:
         c, formed = last["circuit"], PRESET.formed(report)
         stopped = (f"Training stopped at step {report.step:,} after {report.elapsed_s:.1f} s (evaluations included): "
@@ -211,3 +264,8 @@ if last and last["label"] in st.session_state.get("session_models", {}):
     st.download_button("Download as .safetensors", st.session_state["session_models"][last["label"]],
                        file_name="addition-machines-model.safetensors", mime="application/octet-stream",
                        icon=":material/download:")
+
+
+last = st.session_state.get("last_trained")
+if last and last["label"] in st.session_state.get("session_models", {}):
+    show([("The model you trained last", trained_last)])

@@ -7,6 +7,7 @@ and ``attn-only-2l``, and the test that separates them: a repeated random sequen
 predicts from the earlier copy and a fixed-size state cannot hold.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,12 +22,17 @@ from mechlib.model import Transformer
 
 __all__ = ["RNN", "TRANSFORMER", "NAMES", "FORGET_OPEN", "Pair", "pair", "prompt", "repeated_ids", "SideBySide",
            "side_by_side", "cell_check", "Ranking", "rank", "SeparatingTest", "separating_test",
-           "Heldout", "heldout"]
+           "Heldout", "heldout", "SHED_BANDS", "CANCEL_BANDS", "STEPS_BACK", "band", "largest_step"]
 
 RNN, TRANSFORMER = "lstm", "attn-only-2l"
 NAMES = {TRANSFORMER: "transformer (attn-only-2l)", RNN: "LSTM"}  # how tables and sentences name the two
 FORGET_OPEN = 0.9  # a forget gate above this keeps (almost) all of that cell: nearly a pure addition
 TEST_BATCH = 32    # repeated random sequences the separating test averages over
+
+# The options of the page's questions: (upper edge, exclusive; name) of each band, and how far back a step lies.
+SHED_BANDS = ((0.5, "under half"), (0.9, "half to 90 %"), (math.inf, "90 % or more"))  # share of a loss gone
+CANCEL_BANDS = ((1, "none"), (3, "one or two"), (5, "three or four"), (math.inf, "five or more"))  # components
+STEPS_BACK = ("the last step", "the step before it", "an earlier step")
 
 
 def _models() -> tuple[LSTM, Transformer]:
@@ -178,3 +184,14 @@ def heldout() -> Heldout:
     rnn, transformer = _models()
     losses = {NAMES[TRANSFORMER]: loss.heldout_loss(transformer), NAMES[RNN]: loss.heldout_loss(rnn)}
     return Heldout(losses, rank(losses))
+
+
+def band(value: float, bands: tuple[tuple[float, str], ...]) -> str:
+    """The name of the first band whose upper edge (exclusive) lies above ``value``."""
+    return next(name for edge, name in bands if value < edge)
+
+
+def largest_step(step_shares: np.ndarray) -> str:
+    """Which step left the most in the final cell along ĉ_T (step_shares [pos]), counted back from the last."""
+    back = len(step_shares) - 1 - int(np.argmax(step_shares))
+    return STEPS_BACK[min(back, len(STEPS_BACK) - 1)]

@@ -36,6 +36,10 @@ TERMS = {
     "skip-trigram": "What one attention layer adds: a source token, a current token and the next token it raises, "
                     "with anything in between.",
     "bigram": "A next-token prediction from the current token alone; a zero-layer model can only learn these.",
+    "cell state": "An LSTM's long-term memory c_t: a vector carried from step to step and updated by "
+                  "c_t = f_t ⊙ c_{t−1} + i_t ⊙ g_t, the forget gate scaling what it held, the input gate what it adds.",
+    "forget gate": "f_t in an LSTM, between 0 and 1 for each cell: the share of the previous cell state kept at step "
+                   "t. At f = 1 the update is a pure addition, as in the residual stream.",
     "one-hot": "A vector of d_vocab zeros with a single 1 at a token's id: multiplied by W_E, it picks that token's "
                "row, so the product is a lookup.",
     "channel": "In a convolutional network (CNN), one of the feature maps a layer reads: each output map is the sum "

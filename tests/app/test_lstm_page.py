@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from mechlib import analogy, checks, copying, zoo
 from mechlib.checks import LOSS_TIE, Check
-from tests.app.helpers import open_page, shown_checks
+from tests.app.helpers import APP, open_page, shown_checks
 
 TRANSFORMER, LSTM = analogy.NAMES[analogy.TRANSFORMER], analogy.NAMES[analogy.RNN]
 REAL = {"side_by_side": analogy.side_by_side, "separating_test": analogy.separating_test, "heldout": analogy.heldout,
@@ -24,7 +24,8 @@ def page(**state) -> AppTest:
 
 
 def text_of(at: AppTest) -> str:
-    return " ".join(md.value for md in at.markdown)
+    """Every markdown's text, the glossary's tooltips (<abbr title="…">term</abbr>) read as their term."""
+    return re.sub(r'<abbr title="[^"]*">([^<]*)</abbr>', r"\1", " ".join(md.value for md in at.markdown))
 
 
 def assert_checks_hold(at: AppTest) -> None:
@@ -53,7 +54,7 @@ def test_defaults_show_the_analogy_and_both_decompositions():
 
 
 def test_parameter_counts_are_the_models_own():
-    intro = page().markdown[0].value
+    intro = text_of(page())
     for name in ("lstm", "attn-only-2l"):
         assert f"`{name}` with {sum(p.numel() for p in zoo.load(name).parameters()):,}" in intro
 
@@ -67,7 +68,7 @@ def test_axes_name_heads_and_time_steps():
 def test_conclusions_read_the_table():
     at = page()
     table = at.dataframe[0].value.set_index("model")
-    text = " ".join(md.value for md in at.markdown)
+    text = text_of(at)
     repeat = table["second occurrence (nats)"].idxmin()
     held_out = table["held-out text (nats per character)"].idxmin()
     assert f"On the second occurrence the {repeat} predicts better" in text
@@ -204,3 +205,86 @@ def test_the_controls_sentences_follow_the_verdicts(monkeypatch):
     assert f"The LSTM is more than {checks.NOTHING_MARGIN} nats from ln 512 = 6.24" in text
     assert f"The one-layer model is more than {checks.EARLIER_MARGIN} nats from" in text
     assert "Each control is at least" not in text and "stays within" not in text
+
+
+def test_a_link_sets_the_widgets_and_each_is_drawn_with_a_fresh_sessions_default():
+    """Streamlit leaves a bound value out of the link when it equals the widget's default, so each widget's
+    default must be what a fresh session shows (12, not the slider's minimum 4, which a link must keep)."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.switch_page("app_pages/lstm.py")
+    at.query_params.update({"l_input": "prompt", "l_prompt": "abcabc", "l_test": "4"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.radio(key="l_input").value == "prompt" and at.text_input(key="l_prompt").value == "abcabc"
+    assert at.slider(key="l_test").value == 4 and at.slider(key="l_test").proto.default == [analogy.pair().test_segment]
+    assert at.radio(key="l_input").proto.default == 0  # "repeated random sequence"
+    at.radio(key="l_input").set_value("repeated random sequence").run()
+    assert at.slider(key="l_seg").value == 12 and at.slider(key="l_seg").proto.default == [12]
+
+
+# Questions: each revealed on two settings where mechlib's answers differ.
+
+
+def reveal(at: AppTest, key: str) -> str:
+    """Predict (the first option), reveal, and read the answer shown: the bold text after "This run:"."""
+    radio = at.radio(key=f"predict {key}")
+    radio.set_value(radio.options[0]).run()
+    at.toggle(key=f"reveal {key}").set_value(True).run()
+    assert not at.exception, at.exception
+    shown = [m.value for m in at.markdown if m.value.startswith("This run: ")]
+    assert len(shown) == 1, shown
+    return re.match(r"This run: \*\*(.+?)\*\* ", shown[0])[1]
+
+
+def view(length: int) -> analogy.SideBySide:
+    return analogy.side_by_side(analogy.repeated_ids(length, 0))
+
+
+def largest_step(state: dict) -> str:
+    return analogy.largest_step(view(state["l_seg"]).step_shares)
+
+
+def cancelling(state: dict) -> str:
+    return analogy.band(len(view(state["l_seg"]).cancelling), analogy.CANCEL_BANDS)
+
+
+def shed(state: dict) -> str:
+    return analogy.band(analogy.separating_test(state["l_test"], 0).reduction[TRANSFORMER], analogy.SHED_BANDS)
+
+
+@pytest.mark.parametrize("key, settings, expected", [
+    ("largest step", [{"l_seg": 4}, {"l_seg": 7}], largest_step),
+    ("cancelling", [{"l_seg": 11}, {"l_seg": 12}], cancelling),
+    ("shed", [{"l_test": 6}, {"l_test": 20}], shed),
+])
+def test_each_question_reveals_the_live_answer(key, settings, expected):
+    answers = [reveal(page(**state), key) for state in settings]
+    assert answers == [expected(state) for state in settings]
+    assert len(set(answers)) == 2, answers
+
+
+def test_the_controls_question_reveals_the_lowest_second_copy_loss(monkeypatch):
+    answers = [reveal(page(), "controls")]
+    monkeypatch.setattr(copying, "controls", controls_in_other_roles)
+    answers.append(reveal(page(), "controls"))
+    lowest = [min(c.second_copy, key=c.second_copy.get) for c in (REAL["controls"](0), controls_in_other_roles(0))]
+    assert answers == lowest == ["two layers", "one layer"]  # the two-layer model sits in the "one layer" role
+
+
+def test_a_prediction_is_marked_against_the_answer():
+    at = page(l_seg=4)
+    at.radio(key="predict largest step").set_value("an earlier step").run()
+    at.toggle(key="reveal largest step").set_value(True).run()
+    assert ("This run: **the last step** :red[**✗ not what you predicted**]. Step 8 ('") in text_of(at)
+    at.radio(key="predict largest step").set_value("the last step").run()
+    assert "This run: **the last step** :green[**✓ as you predicted**]" in text_of(at)
+
+
+def test_presentation_mode_shows_one_section_and_next_moves_on():
+    at = page(present=True)
+    assert not at.exception
+    assert [h.value for h in at.subheader] == ["Memory carried forward: the cell state and the residual stream"]
+    assert "Notes" in [e.label for e in at.expander]  # the intro's prose folds away
+    next(b for b in at.button if b.label == "Next").click().run()
+    assert not at.exception
+    assert [h.value for h in at.subheader] == ["What to take in: the input gate and the attention patterns"]

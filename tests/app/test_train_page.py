@@ -1,6 +1,7 @@
 """AppTest for the Train page: widgets move, a short training run completes and joins the sidebar."""
 
 import dataclasses
+import json
 import re
 import threading
 import time
@@ -10,6 +11,28 @@ from streamlit.testing.v1 import AppTest
 
 from mechlib import train
 from tests.app.helpers import open_page
+
+
+def reveal(at: AppTest, key: str) -> str:
+    """Predict (the first option), reveal, and read the answer shown: the bold text after "This run:"."""
+    radio = at.radio(key=f"predict {key}")
+    radio.set_value(radio.options[0]).run()
+    at.toggle(key=f"reveal {key}").set_value(True).run()
+    assert not at.exception, at.exception
+    shown = [m.value for m in at.markdown if m.value.startswith("This run: ")]
+    assert len(shown) == 1, shown
+    return re.match(r"This run: \*\*(.+?)\*\* ", shown[0])[1]
+
+
+def formed(row: dict[str, float]) -> bool:
+    """The preset's own test of its bar (``Preset.formed``) on one evaluation of a history."""
+    metrics = {key: row[key] for key in ("repeat_loss", "induction", "prev_token")}
+    return train.INDUCTION_PRESET.formed(train.Progress(row["step"], 0, row["loss"], metrics, 0.0, 0.0))
+
+
+def bar_answer(at: AppTest) -> str:
+    """What the bar question should reveal: whether any evaluation of this run passed the preset's bar."""
+    return "yes" if any(formed(row) for row in at.session_state["last_trained"]["history"]) else "no"
 
 
 def train_page(**state) -> AppTest:
@@ -35,6 +58,7 @@ def test_the_preset_forms_an_induction_circuit_drawn_live_and_offers_it_to_the_c
     assert c.found and f"{c.induction} an induction head ({c.induction_score:.2f}) that falls to {c.ablated_score:.2f}" in message
     assert c.ablated_score < 0.2 and at.get("page_link")  # the link to the Circuits page
     assert at.session_state["c_model_attn-only-2l"] == "the sidebar's model"  # the Circuits page opens on it
+    assert reveal(at, "bar") == bar_answer(at) == "yes"  # the preset stops at its first evaluation past the bar
 
 
 def test_a_preset_run_that_has_not_formed_the_circuit_says_so(monkeypatch):
@@ -47,6 +71,8 @@ def test_a_preset_run_that_has_not_formed_the_circuit_says_so(monkeypatch):
     assert re.search(r"Training stopped at step 25 after [\d.]+ s \(evaluations included\): induction score 0\.\d\d, "
                      r"previous-token score 0\.\d\d, short of the preset's bar\. The circuit check finds no induction "
                      r"circuit: ", warning)
+    assert reveal(at, "bar") == bar_answer(at) == "no"  # the same question, answered "yes" on the full preset above
+    assert any("within the 25 steps set?" in m.value for m in at.markdown)
 
 
 def test_defaults_show_sizes_memory_and_queue():
@@ -79,6 +105,8 @@ def test_a_short_training_run_completes_and_joins_the_sidebar():
     assert at.session_state["model"] == last["label"]          # the sidebar selected it
     assert at.session_state["model_choice"][0] == "session"
     assert [row["step"] for row in last["history"]][-1] == 50
+    assert re.fullmatch(r"trained [a-z2-7]{8}: 2L×2H d32 ctx 32, random tokens with repeats, 50 steps, lr 0\.01, seed 0",
+                        last["label"]), last["label"]  # the store's short id, then the settings
     result = next(s.value for s in at.success if "Final loss" in s.value)
     seconds, rate = (float(x) for x in re.search(r"Training took ([\d.]+) s here \(([\d.]+) steps/s\)", result).groups())
     assert seconds == round(last["seconds"], 1) and 0 < last["seconds"] < 120  # measured, not a literal
@@ -140,7 +168,7 @@ def test_invalid_settings_say_why_and_keep_the_last_trained_model_and_its_downlo
     at = train_page(**TINY)
     at.button[0].click().run()
     label = at.session_state["last_trained"]["label"]
-    assert download_buttons(at) == ["Download as .safetensors"]
+    assert download_buttons(at).count("Download as .safetensors") == 1
     for key, value in invalid.items():
         at.session_state[key] = value
     at.run()
@@ -148,7 +176,7 @@ def test_invalid_settings_say_why_and_keep_the_last_trained_model_and_its_downlo
     assert [e.value for e in at.main.error if message in e.value], [e.value for e in at.main.error]
     assert not at.button  # nothing to train with these settings
     assert any(s.value == "The model you trained last" for s in at.subheader)
-    assert download_buttons(at) == ["Download as .safetensors"]
+    assert download_buttons(at).count("Download as .safetensors") == 1
     assert at.session_state["model"] == label and label in at.session_state["session_models"]
 
 
@@ -230,3 +258,35 @@ def test_a_second_training_from_the_same_session_is_refused_while_its_first_hold
     earlier.join()
     at.button[0].click().run()  # once it has stopped, the session trains
     assert not at.warning and len(at.session_state["session_models"]) == 1
+
+
+def test_each_result_figures_snippet_trains_again_and_rebuilds_it_exactly():
+    """A training is deterministic for its config and seed (the app's runs in a worker process on one thread; the
+    snippet here, in this process), so each snippet's figure has the shown figure's data value for value."""
+    at = train_page(**TINY)
+    at.button[0].click().run()
+    assert not at.exception, at.exception
+    snippets = [code.value for code in at.code if code.value.rstrip().endswith("fig.show()")]
+    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    assert len(snippets) == len(charts) == 2
+    assert "tokenizer, batches = data.training_data('random', 32, 1.0)" in snippets[0]
+    assert "result = train.train(cfg, batches, 50, lr=0.01, seed=0, tokenizer=tokenizer, eval_every=1, watch=15" in snippets[0]
+    for snippet, chart in zip(snippets, charts):
+        namespace: dict = {}
+        began = time.monotonic()
+        exec(compile(snippet.replace("fig.show()", ""), "<snippet>", "exec"), namespace)  # noqa: S102
+        assert time.monotonic() - began < 60, snippet  # seconds on an idle core; a minute on a loaded one
+        fig = json.loads(namespace["fig"].to_json())
+        assert fig["data"] == chart["data"] and fig["layout"]["title"] == chart["layout"]["title"], snippet
+    assert namespace["result"].history == at.session_state["last_trained"]["history"]
+
+
+def test_the_bar_question_on_a_short_own_training_and_presentation_mode():
+    at = train_page(**TINY)
+    at.button[0].click().run()
+    assert reveal(at, "bar") == bar_answer(at) == "no"
+    assert any("within the 50 steps set?" in m.value for m in at.markdown)
+    at.toggle(key="present").set_value(True).run()
+    assert not at.exception, at.exception
+    assert [h.value for h in at.subheader] == ["The model you trained last"]
+    assert at.button[0].label == "Train"  # the controls stay at the top

@@ -78,3 +78,32 @@ def test_side_by_side_shapes_sums_and_cancelling_components():
     assert len(view.cancelling) >= 1  # layers do cancel: "nothing is ever erased" would be false here
     assert view.forget_median == pytest.approx(np.median(view.forget), abs=1e-6)
     assert view.forget_open_share == pytest.approx((view.forget > analogy.FORGET_OPEN).mean())
+
+
+@pytest.mark.parametrize("value, expected", [(0.0, "under half"), (0.4999, "under half"), (0.5, "half to 90 %"),
+                                             (0.8999, "half to 90 %"), (0.9, "90 % or more"), (1.0, "90 % or more")])
+def test_band_names_the_band_below_whose_edge_the_value_lies(value, expected):
+    assert analogy.band(value, analogy.SHED_BANDS) == expected
+
+
+def test_bands_of_cancelling_components_are_counts():
+    assert [analogy.band(n, analogy.CANCEL_BANDS) for n in range(7)] == [
+        "none", "one or two", "one or two", "three or four", "three or four", "five or more", "five or more"]
+
+
+@pytest.mark.parametrize("shares, expected", [([0.1, 0.2, 0.9], "the last step"), ([0.1, 0.9, 0.2], "the step before it"),
+                                              ([0.9, 0.1, 0.2], "an earlier step"), ([0.5, 0.9, 0.1, 0.2], "an earlier step")])
+def test_largest_step_counts_back_from_the_last(shares, expected):
+    assert analogy.largest_step(np.array(shares)) == expected
+
+
+def test_the_shipped_models_answers_change_with_the_segment_length():
+    """The LSTM page's questions have answers that differ between segment lengths (the page's tests use these)."""
+    shed = {length: analogy.band(analogy.separating_test(length, 0).reduction[TRANSFORMER], analogy.SHED_BANDS)
+            for length in (6, 20)}
+    assert shed == {6: "half to 90 %", 20: "90 % or more"}
+    views = {length: analogy.side_by_side(analogy.repeated_ids(length, 0)) for length in (4, 7, 11, 12)}
+    assert {n: analogy.largest_step(v.step_shares) for n, v in views.items() if n in (4, 7)} == {
+        4: "the last step", 7: "an earlier step"}
+    assert {n: analogy.band(len(v.cancelling), analogy.CANCEL_BANDS) for n, v in views.items() if n in (11, 12)} == {
+        11: "one or two", 12: "five or more"}

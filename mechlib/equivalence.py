@@ -5,21 +5,25 @@ r mod d_head of head r // d_head's block. So concat(z_1 … z_H) @ W_O = Σ_h z_
 check reads the concatenated matrix off ``attention.concat_then_project`` itself (its output for unit
 inputs), so it fails if that function stacked the blocks in another order than the one it concatenates z in.
 ``run`` builds random weights from a seed, computes both readings in float32 and float64 and
-returns plain values (numbers, numpy arrays) that a cache can keep.
+returns plain values (numbers, numpy arrays) that a cache can keep; ``element`` takes one output element
+R[i, j] apart into its D terms and H per-head partial sums (seed 000's R₁,₁ argument), from what ``run`` kept.
+The question helpers (``difference_bucket`` …) turn a run's numbers into the answer a page reveals.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from einops import rearrange
 
 from mechlib import attention
-from mechlib.checks import TOLERANCE, Check, compare
+from mechlib.checks import TOLERANCE, Check, compare, tolerance_for
 from mechlib.config import ModelConfig
 from mechlib.device import DEVICE, budget_mb, median_ms, require_budget, to_numpy
 
-__all__ = ["SEED_SIZES", "EquivalenceResult", "steps", "estimate_mb", "lookup_mb", "peak_mb", "run", "wo_row_owner",
-           "concatenated_W_O", "wo_block_check"]
+__all__ = ["SEED_SIZES", "EquivalenceResult", "ElementSum", "steps", "estimate_mb", "lookup_mb", "peak_mb", "run",
+           "wo_row_owner", "concatenated_W_O", "wo_block_check", "element", "DIFFERENCES", "difference_bucket",
+           "scores_shape_options", "row_owner_options", "LENGTHS", "output_length", "largest_partial"]
 
 SEED_SIZES = {"batch": 1, "seq": 20, "d_vocab": 50_000, "d_model": 512, "n_heads": 8}
 LOOKUP_MAX_MACS = 2e9  # the one-hot product's multiply-adds allowed per request (about a second on 2 cores)
@@ -37,25 +41,51 @@ class EquivalenceResult:
     attn_out: np.ndarray              # [d_model] concat-then-project at the chosen position
     position_check: Check             # Σ_h result_h vs attn_out at the chosen position
     wo_block_check: Check             # rows of the W_O concat_then_project multiplies vs the per-head blocks W_O[h]
+    z: np.ndarray                     # [pos head d_head] the heads' outputs, batch item 0, in the run's dtype
+    W_O: np.ndarray                   # [head d_head d_model] in the run's dtype
+    out: np.ndarray                   # [pos d_model] concat-then-project, batch item 0, in the run's dtype
+
+
+@dataclass(frozen=True)
+class ElementSum:
+    """One output element R[i, j] taken apart: its D terms, their H per-head partial sums, and their total."""
+
+    terms: np.ndarray         # [d_model] h[i, k] W_O[k, j] for each k of the concatenated heads
+    partial_sums: np.ndarray  # [head] Σ of head h's d_head terms
+    per_head: np.ndarray      # [head] head h's per-head result (z_h W_O^h) at [i, j]
+    total: float              # Σ_h partial_sums[h]
+    output: float             # R[i, j] as the layer computed it (concat-then-project)
+    check: Check              # total against output, at the run's precision
+
+
+def _shape(*sizes: int) -> str:
+    return " × ".join(f"{size:,}" for size in sizes)
 
 
 def steps(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> list[dict[str, str]]:
-    """The seed's step table with live shapes; the last four rows are the two readings' endings."""
+    """Seed 000's step table, numbered as the reading numbers it, with live shapes: "as the reading writes it"
+    shows one head where the reading does (H = 1 at steps 5–7 and 8′), "all heads" the whole tensor. Step 6a
+    (scale, mask, softmax) is not in the reading; 8′ and 9′ are its additive reading's two last steps."""
     B, S, V, D, H, L = batch, seq, d_vocab, d_model, n_heads, d_model // n_heads
-    rows = [
-        ("1", "one-hot input", f"{B} × {S} × {V:,}", "B × S × V"),
-        ("2", "× W_E (V × D): embeddings", f"{B} × {S} × {D}", "B × S × D"),
-        ("3", "add W_pos[:S] (S × D): positions", f"{B} × {S} × {D}", "B × S × D"),
-        ("4", "× W_Q, W_K, W_V (H × D × d_head): Q, K, V per head", f"{B} × {H} × {S} × {L}", "B × H × S × d_head"),
-        ("5", "Q Kᵀ per head: scores", f"{B} × {H} × {S} × {S}", "B × H × S × S"),
-        ("6", "÷ √d_head, causal mask, softmax: pattern", f"{B} × {H} × {S} × {S}", "B × H × S × S"),
-        ("7", "pattern · V: z", f"{B} × {H} × {S} × {L}", "B × H × S × d_head"),
-        ("8a", "concat: concatenate the heads' z", f"{B} × {S} × {D}", "B × S × D"),
-        ("9a", "× W_O (D × D)", f"{B} × {S} × {D}", "B × S × D"),
-        ("8b", "× each head's W_O slice (d_head × D)", f"{B} × {S} × {H} × {D}", "B × S × H × D"),
-        ("9b", "sum over H", f"{B} × {S} × {D}", "B × S × D"),
+    rows = [  # step, operation, symbols, as the reading writes it, all heads, in the reading?
+        ("1", "one-hot input", "B × S × V", _shape(B, S, V), _shape(B, S, V), "yes"),
+        ("2", "× W_E (V × D): embeddings", "B × S × D", _shape(B, S, D), _shape(B, S, D), "yes"),
+        ("3", "+ W_pos (S × D, learned): positions", "B × S × D", _shape(B, S, D), _shape(B, S, D), "yes"),
+        ("4", "copy into Q, K and V", "B × S × D", _shape(B, S, D), _shape(B, S, D), "yes"),
+        ("5", "× W_Q, W_K, W_V (D × d_head, one per head): Q, K, V", "B × H × S × d_head", _shape(B, 1, S, L),
+         _shape(B, H, S, L), "yes"),
+        ("6", "Q Kᵀ per head: scores", "B × H × S × S", _shape(B, 1, S, S), _shape(B, H, S, S), "yes"),
+        ("6a", "÷ √d_head, causal mask, softmax: pattern", "B × H × S × S", _shape(B, 1, S, S), _shape(B, H, S, S),
+         "no: added here (the reading skips scaling and masking)"),
+        ("7", "pattern · V per head: z", "B × H × S × d_head", _shape(B, 1, S, L), _shape(B, H, S, L), "yes"),
+        ("8", "concat: the heads' z side by side", "B × S × D", _shape(B, S, D), _shape(B, S, D), "yes"),
+        ("9", "× W_O (D × D)", "B × S × D", _shape(B, S, D), _shape(B, S, D), "yes"),
+        ("8′", "no concat: × each head's W_O block (d_head × D)", "B × S × H × D", _shape(B, S, 1, D),
+         _shape(B, S, H, D), "yes: the additive reading"),
+        ("9′", "sum over H", "B × S × D", _shape(B, S, D), _shape(B, S, D), "yes: the additive reading"),
     ]
-    return [{"step": s, "operation": op, "shape": shape, "symbols": sym} for s, op, shape, sym in rows]
+    keys = ("step", "operation", "symbols", "as the reading writes it", "all heads", "in the reading?")
+    return [dict(zip(keys, row)) for row in rows]
 
 
 def estimate_mb(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> float:
@@ -164,4 +194,76 @@ def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: in
         attn_out=to_numpy(concat[0, position].double()),
         position_check=compare(at.sum(0), concat[0, position], TOLERANCE[dtype]),
         wo_block_check=wo_block_check(Wo, concatenated_W_O(Wo), TOLERANCE[dtype]),
+        z=to_numpy(z[0]), W_O=to_numpy(Wo), out=to_numpy(concat[0]),
     )
+
+
+@torch.inference_mode()
+def element(result: EquivalenceResult, i: int, j: int) -> ElementSum:
+    """Seed 000's R₁,₁ argument at any element (batch item 0, in the run's precision): R[i, j] is a D-term sum
+    over the concatenated heads, R[i, j] = Σ_{k<D} h[i, k] W_O[k, j], and its terms come in H runs of d_head,
+    one per head (k // d_head): each run's partial sum is that head's own result z_h W_O^h at [i, j]."""
+    z, W_O, out = (torch.as_tensor(a) for a in (result.z, result.W_O, result.out))  # [pos head d_head] …
+    if not 0 <= i < z.shape[0]:
+        raise ValueError(f"i={i} is outside the sequence; choose 0 … {z.shape[0] - 1}")
+    if not 0 <= j < W_O.shape[-1]:
+        raise ValueError(f"j={j} is outside d_model; choose 0 … {W_O.shape[-1] - 1}")
+    h = rearrange(z[i], "head d_head -> (head d_head)")              # [d_model] the concatenated heads at i
+    column = rearrange(W_O[..., j], "head d_head -> (head d_head)")  # [d_model] column j of the concatenated W_O
+    terms = h * column                                               # [d_model]
+    partial = terms.view(W_O.shape[0], W_O.shape[1]).sum(-1)         # [head]
+    total = partial.sum()
+    return ElementSum(terms=to_numpy(terms.double()), partial_sums=to_numpy(partial.double()),
+                      per_head=to_numpy(attention.per_head_results(z[i], W_O)[:, j].double()),
+                      total=float(total), output=float(out[i, j]),
+                      check=compare(total, out[i, j], tolerance_for(out.dtype)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The answers the page's questions reveal, computed from a run
+
+DIFFERENCES = ("exactly equal", f"below {TOLERANCE['float64']:.0e}",
+               f"{TOLERANCE['float64']:.0e} to {TOLERANCE['float32']:.0e}", f"above {TOLERANCE['float32']:.0e}")
+
+
+def difference_bucket(max_abs_diff: float) -> str:
+    """The ``DIFFERENCES`` bucket of a largest |difference|; the edges are float64's and float32's tolerances."""
+    if max_abs_diff == 0.0:
+        return DIFFERENCES[0]
+    if max_abs_diff < TOLERANCE["float64"]:
+        return DIFFERENCES[1]
+    return DIFFERENCES[2] if max_abs_diff <= TOLERANCE["float32"] else DIFFERENCES[3]
+
+
+def scores_shape_options(batch: int, seq: int, d_model: int, n_heads: int) -> list[str]:
+    """Plausible shapes of all heads' scores at step 6: the right one (B × H × S × S), one head's (the reading's
+    view), z's, heads after positions, a single S × S per batch item, and the stream's; each distinct one once."""
+    B, S, D, H, L = batch, seq, d_model, n_heads, d_model // n_heads
+    shapes = {_shape(*sizes) for sizes in [(B, H, S, S), (B, 1, S, S), (B, H, S, L), (B, S, H, S), (B, S, S), (B, S, D)]}
+    return sorted(shapes)
+
+
+def row_owner_options(row: int, n_heads: int, d_head: int) -> list[str]:
+    """Plausible owners of row ``row`` of the concatenated W_O: the right one (``wo_row_owner``), the head-minor
+    order (head r mod H, row r // H) and 1-based head counting; each valid, distinct one once, in head order."""
+    head, local = wo_row_owner(row, d_head)
+    candidates = {(head, local), (row % n_heads, row // n_heads), (head + 1, local)}
+    return [f"head {h}, row {r}" for h, r in sorted(candidates) if h < n_heads and r < d_head]
+
+
+LENGTHS = ("shorter than every head's", "about the longest head's", "about √(Σ_h ‖result_h‖²), as for heads at right angles",
+           "about Σ_h ‖result_h‖, as for heads all pointing one way")
+
+
+def output_length(head_norms: np.ndarray, output_norm: float) -> str:
+    """Where ‖Σ_h result_h‖ sits among the heads' lengths ‖result_h‖ [head]: below all of them (the heads cancel),
+    else the nearest (by ratio) of the longest head's, the right-angle length √(Σ‖result_h‖²) and the aligned Σ‖result_h‖."""
+    if output_norm < head_norms.min():
+        return LENGTHS[0]
+    marks = [head_norms.max(), np.sqrt((head_norms**2).sum()), head_norms.sum()]
+    return LENGTHS[1 + int(np.abs(np.log(output_norm / np.array(marks))).argmin())]
+
+
+def largest_partial(partial_sums: np.ndarray) -> int:
+    """The head whose partial sum [head] is largest in magnitude."""
+    return int(np.abs(partial_sums).argmax())

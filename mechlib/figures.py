@@ -4,7 +4,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-__all__ = ["plain", "head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "training_curves",
+__all__ = ["plain", "head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "element_terms",
+           "training_curves",
            "pattern_heatmap", "singular_values", "source_bars", "component_bars", "depth_heatmap", "overlap_heatmap",
            "token_heatmap", "eigenvalues_plot", "composition_heatmap", "patterns_grid", "time_heatmap", "histogram",
            "loss_curves", "copy_losses", "for_slides"]
@@ -76,6 +77,26 @@ def head_contributions_heatmap(head_results: np.ndarray, summed: np.ndarray, att
     fig.update_xaxes(title="d_model index")
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, f"Per-head vectors at position {position}: the last two rows match", 120 + 26 * len(labels))
+
+
+def element_terms(terms: np.ndarray, partial_sums: np.ndarray, i: int, j: int) -> go.Figure:
+    """The D terms h[i, k] W_O[k, j] of one output element R[i, j] [d_model], one bar per k of the concatenated
+    heads, coloured by the head k belongs to; each head's partial sum [head] in its legend entry."""
+    n_heads = len(partial_sums)
+    d_head = len(terms) // n_heads
+    fig = go.Figure()
+    for h in range(n_heads):
+        ks = np.arange(h * d_head, (h + 1) * d_head)
+        fig.add_trace(go.Bar(
+            x=ks, y=terms[ks], marker={"color": head_colour(h), "line": {"width": 0}},
+            name=f"head {h}: Σ = {partial_sums[h]:.4g}",
+            showlegend=n_heads <= 16,
+            hovertemplate=f"k = %{{x}}: head {h}, row %{{x}} − {h * d_head} of its block<br>"
+                          f"h[{i}, k] · W_O[k, {j}] = %{{y:.4g}}<extra></extra>"))
+    fig.update_xaxes(title="k: index into the concatenated heads (row of W_O)")
+    fig.update_yaxes(title=f"h[{i}, k] · W_O[k, {j}]")
+    fig.update_layout(bargap=0, legend={"title": "head: partial sum"})
+    return _layout(fig, f"R[{i}, {j}] as {len(terms)} terms, {n_heads} runs of {d_head}, one per head", 420)
 
 
 def training_curves(history: list[dict[str, float]], step: int | None = None) -> go.Figure:

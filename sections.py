@@ -87,6 +87,13 @@ def _navigation(titles: list[str]) -> int:
     return titles.index(picked)
 
 
+@contextmanager
+def controls():
+    """The page's own widgets: in presentation mode folded into "Settings", so a section fits the screen."""
+    with st.expander("Settings", icon=":material/tune:") if presenting() else st.container():
+        yield
+
+
 def prose(markdown: str) -> None:
     """Explanatory text, with the glossary's terms as tooltips; presentation mode folds it into "Notes"."""
     html = glossary.with_tooltips(markdown)
@@ -231,8 +238,9 @@ def exercise(key: str, task: str, options: list[str], correct: Collection[str], 
 
 def presentation_toggle() -> None:
     """The toggle at the top of every page, bound to ``?present=``; a link's ``present=1`` reads as true."""
-    if st.query_params.get(PRESENT) == "1":
+    if st.query_params.get(PRESENT) == "1":  # the short form: the widget reads the corrected link on a rerun
         st.query_params[PRESENT] = "true"
+        st.rerun()
     st.toggle("Presentation mode", False, key=PRESENT, bind="query-params",
               help="One section per screen, large figure fonts, every token label; the prose folds into Notes.")
 

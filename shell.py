@@ -15,7 +15,7 @@ from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
 from mechlib.device import MEMORY, BudgetError
 from mechlib.model import Transformer
-from mechlib.store import STORE
+from mechlib.store import STORE, short_id
 
 
 _frozen_modules = [0]  # len(sys.modules) at the last gc.freeze(), process-wide
@@ -116,8 +116,10 @@ def add_session_model(kind: str, name: str, data: bytes) -> str:
     ``CheckpointError``), so a link to it works in any session until it expires, and list it in this session;
     the sidebar selects it on the next run (a widget's value cannot change after it is drawn). The session
     keeps the bytes as well, so its own models survive the store and the model cache evicting them.
-    Returns the model's label: "trained k3q7m2xa: …", the form links carry."""
-    label = STORE.put(kind, name, data).label
+    Returns the model's label, "trained k3q7m2xa: <name>": links need only its kind and id, and a session that
+    opens one without a name (``name=""``) lists the model under the label it was first stored with."""
+    stored = STORE.put(kind, name, data)
+    label = f"{kind} {short_id(data)}: {name}" if name else stored.label
     models = st.session_state.setdefault("session_models", {})
     models.pop(label, None)
     models[label] = data

@@ -8,7 +8,7 @@ import streamlit as st
 
 from mechlib import data, figures, patterns
 from mechlib.checks import RANK_ZERO
-from sections import figure, metric, predict, prose, record, show, table
+from sections import controls, figure, metric, predict, prose, record, show, table
 from shell import check_line, current_model, input_tokens, literal, section, slider
 
 
@@ -28,13 +28,15 @@ cfg = model.cfg
 if cfg.n_layers == 0:
     st.info("This model has no attention layers. Choose a model with layers in the sidebar.")
     st.stop()
-left, right = st.columns(2)
-with left:
-    layer = slider("layer", 0, cfg.n_layers - 1, cfg.n_layers - 1, key="layer")
-    head = slider("head", 0, cfg.n_heads - 1, 0, key="head")
-with right:
-    ids, labels = input_tokens(model)
-dest = slider("destination position for the messages", 0, len(ids) - 1, len(ids) - 1, key="dest")
+with controls():
+    left, right = st.columns(2)
+    with left:
+        layer = slider("layer", 0, cfg.n_layers - 1, cfg.n_layers - 1, key="layer")
+        head = slider("head", 0, cfg.n_heads - 1, 0, key="head")
+    with right:
+        ids, labels = input_tokens(model)
+    dest = slider("destination position for the messages", 0, len(ids) - 1, len(ids) - 1, key="dest")
+
 
 def regrouping() -> None:
     reg = section(patterns.regrouping, key, model, ids, layer, head)
@@ -118,6 +120,8 @@ def pattern_matching() -> None:
 
 
 def message_passing() -> None:
+    st.markdown(f"Into position **{dest}** ('{literal(labels[dest])}'), layer {layer}, head {head}: each earlier "
+                "position's message, weighted by the attention it gets.")
     msgs = section(patterns.messages, key, model, ids, layer, head, dest)
     frame = pd.DataFrame({"source": [f"{j}: {labels[j]}" for j in range(dest + 1)],
                           "attention weight": np.round(msgs.weights, 4), "‖message‖": np.round(msgs.norms, 3),
@@ -138,7 +142,7 @@ show([("Regrouping: ((QKᵀ)V)O = (QKᵀ)(VO)", regrouping),
       ("Two d_model × d_model matrices per head, each of rank ≤ d_head", rank),
       ("Only the products matter", only_products),
       ("Pattern matching: where each position looks", pattern_matching),
-      (f"Messages into position {dest} ('{literal(labels[dest])}')", message_passing)])
+      ("Messages into one position", message_passing)])
 
 with st.expander("Under the hood"):
     st.markdown("`mechlib.patterns`: the checks on this page.")

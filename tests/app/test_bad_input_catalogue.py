@@ -24,11 +24,13 @@ from streamlit.testing.v1 import AppTest
 from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
+from mechlib.store import short_id
 from tests.app.helpers import APP
 
 CFG = ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=4)
 MINE = io.to_bytes(Transformer(CFG))  # the session's own model, uploaded before each bad input
-LABEL = "uploaded: mine.safetensors"
+LABEL = f"uploaded {short_id(MINE)}: mine.safetensors"  # the server's store names a model by its contents' id
+OTHER = io.to_bytes(Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=5)))
 
 
 def session_with_my_model() -> AppTest:
@@ -126,9 +128,10 @@ def test_a_bad_checkpoint_is_refused_with_its_reason_and_the_session_keeps_its_m
 
 def test_float64_weights_are_a_good_checkpoint():  # the control beside the refused dtypes: same model, exact
     at = session_with_my_model()
-    at.sidebar.file_uploader[0].upload("double.safetensors", tensors(floats_as(torch.float64))).run()
+    double = tensors(floats_as(torch.float64))
+    at.sidebar.file_uploader[0].upload("double.safetensors", double).run()
     assert not at.exception and not at.sidebar.error
-    assert list(at.session_state["session_models"]) == [LABEL, "uploaded: double.safetensors"]
+    assert list(at.session_state["session_models"]) == [LABEL, f"uploaded {short_id(double)}: double.safetensors"]
 
 
 class Payload:
@@ -182,16 +185,17 @@ def test_an_odd_file_name_is_kept_as_typed_whether_the_file_is_good_or_bad(case)
     (error,) = [e.icon + plain(e.value) for e in at.sidebar.error]  # Streamlit shows a leading emoji as the box's icon
     assert error == f"{name}: {NOT_SAFETENSORS}. The previous model stays selected."
     assert_my_model_survived(at)
-    at.sidebar.file_uploader[0].upload(name, MINE).run()  # the same name on a good file: a model under that name
+    at.sidebar.file_uploader[0].upload(name, OTHER).run()  # the same name on a good file: a model under that name
     assert not at.exception and not at.sidebar.error
-    assert list(at.session_state["session_models"]) == [LABEL, f"uploaded: {name}"]
-    assert at.session_state["model"] == f"uploaded: {name}"
-    assert any(plain(c.value).endswith(f"uploaded: {name}; {CFG.n_params():,} parameters, ≈ "
+    other = f"uploaded {short_id(OTHER)}: {name}"
+    assert list(at.session_state["session_models"]) == [LABEL, other]
+    assert at.session_state["model"] == other
+    assert any(plain(c.value).endswith(f"{other}; {CFG.n_params():,} parameters, ≈ "
                                        f"{CFG.estimate_mb(batch=1):,.1f} MB with one sequence's activations")
                for c in at.sidebar.caption)
     at.sidebar.selectbox(key="model").set_value(LABEL).run()  # and back to the first: both are kept
     assert not at.exception and at.session_state["model_choice"] == ("session", LABEL)
-    assert at.session_state["session_models"] == {LABEL: MINE, f"uploaded: {name}": MINE}
+    assert at.session_state["session_models"] == {LABEL: MINE, other: OTHER}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
+from mechlib.store import STORE, short_id
 from shell import literal
 from tests.app.helpers import APP, shown_checks
 
@@ -69,12 +70,36 @@ def test_crafted_random_model_sizes_are_clamped_or_dropped(key, raw, field, valu
 
 
 @pytest.mark.parametrize("asked", ["uploaded: someone-else.safetensors", "zoo: no-such-model", "**bold**"])
-def test_a_link_to_a_model_this_session_lacks_says_so_and_shows_the_default(asked):
+def test_a_link_to_a_model_that_does_not_exist_says_so_and_shows_the_default(asked):
     at = open_link(model=asked)
     assert not at.exception
-    assert warnings(at) == [f"The link's model “{literal(asked)}” is not in this session (trained and uploaded models stay in "
-                            "the session that made them), so it is not shown."]
+    assert warnings(at) == [f"The link's model “{literal(asked)}” does not exist on this server: it is none of the "
+                            "zoo's models, and no trained model has that id (trained models are kept for a while, "
+                            "then expire). The default model is shown instead."]
     assert at.sidebar.selectbox(key="model").value == "gelu-2l" and "model" not in at.query_params
+
+
+def test_a_link_to_a_model_another_session_trained_lists_and_opens_it_here():
+    data = io.to_bytes(Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=9)))
+    label = STORE.put("trained", "1L×2H d16, for the class", data).label
+    for asked in (label, label.split(":")[0]):  # the whole label, or only "trained <id>"
+        at = open_link(model=asked)
+        assert not at.exception and warnings(at) == []
+        assert at.sidebar.selectbox(key="model").value == label and at.session_state["session_models"] == {label: data}
+        assert at.query_params["model"] == label
+
+
+def test_a_link_to_an_expired_model_says_why():
+    at = open_link(model="trained abcdefgh: gone")
+    assert warnings(at) == ["The link's model: no model with id abcdefgh is kept on this server: it was never made "
+                            "here, or it expired (12 h after its last use, or pushed out by newer ones). The default "
+                            "model is shown instead."]
+    assert at.sidebar.selectbox(key="model").value == "gelu-2l"
+
+
+def test_a_zoo_model_named_bare_in_a_link_opens_it():
+    at = open_link(model="attn-only-2l")
+    assert warnings(at) == [] and at.sidebar.selectbox(key="model").value == "attn-only-2l"
 
 
 def test_a_link_to_a_shipped_model_opens_it_without_a_warning():
@@ -86,14 +111,15 @@ def test_an_lstm_checkpoint_is_refused_and_the_uploaded_model_stays():
     at = open_link()
     mine = io.to_bytes(Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=4)))
     at.sidebar.file_uploader[0].upload("mine.safetensors", mine).run()
-    assert at.session_state["model"] == "uploaded: mine.safetensors"
+    label = f"uploaded {short_id(mine)}: mine.safetensors"
+    assert at.session_state["model"] == label
     at.sidebar.file_uploader[0].upload("lstm.safetensors", io.to_bytes(LSTM(LSTMConfig(d_vocab=30, d_model=8, d_hidden=8)))).run()
     assert not at.exception, at.exception
     assert [e.value for e in at.sidebar.error] == [
         "lstm.safetensors: this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses its own "
         "models. The previous model stays selected."]
-    assert list(at.session_state["session_models"]) == ["uploaded: mine.safetensors"]
-    assert at.session_state["model"] == "uploaded: mine.safetensors"
+    assert list(at.session_state["session_models"]) == [label]
+    assert at.session_state["model"] == label
     assert any("1 layers × 2 heads" in c.value for c in at.sidebar.caption)
 
 
@@ -130,14 +156,16 @@ def crafted_model() -> Transformer:
 
 def test_a_crafted_file_name_and_tokenizer_show_as_typed():
     at = open_link()
-    at.sidebar.file_uploader[0].upload(CRAFTED, io.to_bytes(crafted_model())).run()
+    crafted = io.to_bytes(crafted_model())
+    at.sidebar.file_uploader[0].upload(CRAFTED, crafted).run()
     assert not at.exception, at.exception
-    assert at.session_state["model"] == f"uploaded: {CRAFTED}"  # the label itself is kept as typed
+    label = f"uploaded {short_id(crafted)}: {CRAFTED}"
+    assert at.session_state["model"] == label  # the label itself is kept as typed
     shown = " ".join(c.value for c in at.sidebar.caption)
-    assert f"uploaded\\: {CRAFTED_SHOWN}" in shown and "**bold**" not in shown and "![" not in shown
+    assert f"uploaded {short_id(crafted)}\\: {CRAFTED_SHOWN}" in shown and "**bold**" not in shown and "![" not in shown
     at.sidebar.file_uploader[0].upload(CRAFTED, b"\x80\x04\x95 pickle").run()
     assert [e.value for e in at.sidebar.error][0].startswith(f"{CRAFTED_SHOWN}: this looks like a pickle")
-    assert at.session_state["model"] == f"uploaded: {CRAFTED}" and len(at.session_state["session_models"]) == 1
+    assert at.session_state["model"] == label and len(at.session_state["session_models"]) == 1
 
     at.session_state["input"] = "random tokens"
     at.switch_page("app_pages/patterns.py").run()  # the refused file's error stays in the sidebar, the page works

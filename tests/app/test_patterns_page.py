@@ -1,5 +1,7 @@
 """AppTest for the Patterns and messages page: every widget moved, every check read off the page."""
 
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -13,7 +15,9 @@ def page(**state) -> AppTest:
 
 
 def text(at: AppTest) -> str:
-    return " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
+    """What the page says, without the glossary's tooltips (their definitions are not the page's sentences)."""
+    said = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
+    return re.sub(r'<abbr title="[^"]*">([^<]*)</abbr>', r"\1", said)
 
 
 def checks_pass(at: AppTest) -> None:
@@ -92,3 +96,49 @@ def test_the_start_page_says_this_page_runs_on_the_sidebars_model():
     at = open_page("app_pages/home.py")
     assert next(c.value for c in at.caption if c.value.startswith("a head is a pattern")).endswith(
         "Runs on the model chosen in the sidebar.")
+
+
+def revealed(at: AppTest, key: str) -> str:
+    """Predict the first option, reveal, and return the answer the page states for that question
+    ("This run: **<answer>**")."""
+    at.radio(key=f"predict {key}").set_value(at.radio(key=f"predict {key}").options[0]).run()
+    before = [m.value for m in at.markdown if m.value.startswith("This run: **")]
+    at.toggle(key=f"reveal {key}").set_value(True).run()
+    assert not at.exception, at.exception
+    after = [m.value for m in at.markdown if m.value.startswith("This run: **")]
+    (answer,) = [line for line in after if line not in before]
+    return answer.split("**")[1]
+
+
+def test_the_regrouping_and_rank_answers_follow_the_model():
+    wide = ModelConfig(n_layers=1, d_model=16, n_heads=2, d_head=24, d_vocab=40, n_ctx=12, seed=3)
+    square = ModelConfig(n_layers=1, d_model=16, n_heads=1, d_vocab=40, n_ctx=12, seed=3)  # d_head = d_model
+    default = page()
+    assert revealed(default, "regrouping") == "((QKᵀ)V)O needs fewer"  # d_head 32 < d_model 128
+    assert revealed(default, "rank") == "32"
+    at = open_page_with_model("app_pages/patterns.py", Transformer(square))
+    assert revealed(at, "regrouping") == "the same"  # n²·d_head + n·d_head·D = n·d_head·D + n²·D when d_head = D
+    at = open_page_with_model("app_pages/patterns.py", Transformer(wide))
+    assert revealed(at, "rank") == "16"  # d_head 24 > d_model 16: the rank is the stream's width
+
+
+def test_where_a_position_looks_is_revealed_from_the_live_pattern():
+    from mechlib import data, patterns, zoo
+    from shell import DEFAULT_PROMPT
+
+    model = zoo.load("gelu-2l")
+    ids = data.prompt_ids(model.tokenizer, DEFAULT_PROMPT, model.cfg.n_ctx).ids
+    answers = {}
+    for layer, head in [(1, 0), (0, 0), (0, 3)]:
+        answers[layer, head] = revealed(page(layer=layer, head=head), "pattern")
+        assert answers[layer, head] == patterns.where_looked(patterns.scores(model, ids, layer, head).pattern, len(ids) - 1)
+    assert answers == {(1, 0): "another earlier position", (0, 0): "the previous position", (0, 3): "position 0"}
+
+
+def test_presentation_mode_shows_one_section_and_next_moves_on():
+    at = page(present=True)
+    assert [h.value for h in at.subheader] == ["Regrouping: ((QKᵀ)V)O = (QKᵀ)(VO)"]
+    assert [e.label for e in at.expander][:2] == ["Notes", "Settings"]
+    next(b for b in at.button if b.label == "Next").click().run()
+    assert [h.value for h in at.subheader] == ["Two d_model × d_model matrices per head, each of rank ≤ d_head"]
+    assert at.session_state["part"] == "Two d_model × d_model matrices per head, each of rank ≤ d_head"

@@ -1,0 +1,223 @@
+"""Teaching a class with the app, in headless Chromium: links that restore the view in a fresh browser,
+presentation mode at a projector's size, and slide-ready downloads."""
+
+import re
+import struct
+import time
+
+import pytest
+
+from tests.browser.conftest import ARTIFACTS, wait_for_app
+
+# Widgets that are a student's own and never go into a link (a link must not reveal answers), and those the
+# round trip sets on its own.
+PERSONAL = {"your prediction", "Reveal the answer", "your answer", "Show the answer", "Presentation mode",
+            "examples whose every token this model knows", "file upload", "section"}
+SIDEBAR = {"seed", "model"}  # tested on their own: a new model changes every page's widgets
+
+
+def settle(page) -> None:
+    """Until the script run that the last action started has finished."""
+    time.sleep(0.4)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
+    time.sleep(0.2)
+
+
+def main(page):
+    return page.locator('[data-testid="stMain"]')
+
+
+def widgets(page) -> dict[str, dict]:
+    """Every widget of the page's main area: label -> {kind, value, min, max, options}."""
+    return main(page).evaluate("""root => {
+        const out = {};
+        for (const e of root.querySelectorAll('input[type=range]'))
+            out[e.getAttribute('aria-label')] = {kind: 'slider', value: e.getAttribute('aria-valuetext') ?? e.value,
+                                                 at: +e.value, min: +e.min, max: +e.max};
+        for (const g of root.querySelectorAll('[role=radiogroup]')) {
+            const inputs = [...g.querySelectorAll('input[type=radio]')];
+            out[g.getAttribute('aria-label')] = {kind: 'radio', value: inputs.findIndex(i => i.checked), count: inputs.length};
+        }
+        for (const e of root.querySelectorAll('input[role=combobox]'))
+            out[e.getAttribute('aria-label')] = {kind: 'select', value: e.value};
+        for (const e of root.querySelectorAll('input[role=switch]'))
+            out[e.getAttribute('aria-label')] = {kind: 'toggle', value: e.checked};
+        for (const e of root.querySelectorAll('input[type=number], input[type=text]:not([role=combobox])'))
+            out[e.getAttribute('aria-label')] = {kind: 'input', value: e.value};
+        return out;
+    }""")
+
+
+def move_away_from_default(page, label: str, widget: dict) -> None:
+    """Set a widget to a value a fresh session does not show: its minimum or first option where the fresh value
+    is another, else its maximum or last option."""
+    scope = main(page)
+    if widget["kind"] == "slider":
+        thumb = scope.locator(f'input[type=range][aria-label="{label}"]')
+        thumb.focus()
+        thumb.press("Home" if widget["at"] != widget["min"] else "End")
+    elif widget["kind"] == "radio":
+        group = scope.locator(f'[role=radiogroup][aria-label="{label}"]')
+        group.locator("label").nth(0 if widget["value"] != 0 else widget["count"] - 1).click()
+    elif widget["kind"] == "select":
+        scope.locator(f'input[role=combobox][aria-label="{label}"]').click()
+        options = page.locator("[role=option]")
+        options.first.wait_for()
+        texts = options.all_inner_texts()
+        options.nth(0 if texts[0] != widget["value"] else min(1, len(texts) - 1)).click()
+    elif widget["kind"] == "toggle":
+        scope.locator(f'input[role=switch][aria-label="{label}"]').click(force=True)
+    elif widget["kind"] == "input":
+        field = scope.locator(f'input[aria-label="{label}"]')
+        field.fill(widget["value"] + " again" if field.get_attribute("type") == "text" else "1")
+        field.press("Enter")
+    settle(page)
+
+
+def headline(page) -> list[str]:
+    """The numbers a page states: its metrics and its checks' lines."""
+    metrics = main(page).locator('[data-testid="stMetricValue"]').all_inner_texts()
+    checks = [line for line in main(page).inner_text().splitlines() if "max |difference|" in line]
+    return metrics + checks
+
+
+def bound_values(page) -> dict[str, dict]:
+    return {label: w["value"] for label, w in widgets(page).items() if label not in PERSONAL | SIDEBAR}
+
+
+def open_fresh(browser, url: str):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.goto(url)
+    page.get_by_text("Copy link to this view").wait_for(timeout=120_000)  # drawn after the page's own elements
+    settle(page)
+    return context, page
+
+
+ROUND_TRIPS = ["equivalence", "patterns", "residual", "circuits?section=zero+layers", "circuits?section=one+layer",
+               "circuits?section=two+layers", "circuits?section=the+phase+change", "lstm", "train"]
+
+
+@pytest.mark.parametrize("path", ROUND_TRIPS)
+def test_a_link_restores_every_widget_and_the_headline_numbers(browser, server, path):
+    """Set every widget away from its fresh value (minimums and first options included, one at a time as a
+    student would, picking up widgets that appear on the way), then open the copied link in a new browser."""
+    context, page = open_fresh(browser, f"{server}/{path}")
+    done: set[str] = set()
+    while True:
+        todo = {label: w for label, w in widgets(page).items() if label not in PERSONAL | SIDEBAR | done}
+        if not todo:
+            break
+        label, widget = next(iter(todo.items()))
+        move_away_from_default(page, label, widget)
+        done.add(label)
+    wait_for_app(page, charts=0)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    expected, numbers = bound_values(page), headline(page)
+    page.get_by_text("Copy link to this view").click()
+    link = page.locator('[data-testid="stPopoverBody"] [data-testid="stCode"]').first.inner_text().strip()
+    assert link == page.url, (link, page.url)
+    context.close()
+
+    context, fresh = open_fresh(browser, link)
+    assert bound_values(fresh) == expected, link
+    assert headline(fresh) == numbers, link
+    context.close()
+
+
+def test_the_first_model_and_a_seed_survive_a_link(browser, server):
+    context, page = open_fresh(browser, f"{server}/residual")
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.locator('input[role=combobox][aria-label="model"]').click()
+    page.locator("[role=option]").first.click()
+    settle(page)
+    seed = sidebar.locator('input[aria-label="seed"]')
+    seed.fill("0")  # the minimum, and the fresh value: it must not appear, the model must
+    seed.press("Enter")
+    settle(page)
+    model = sidebar.locator('input[role=combobox][aria-label="model"]').input_value()
+    assert model == "zoo: attn-only-0l" and "model=" in page.url
+    numbers = headline(page)
+    context.close()
+    context, fresh = open_fresh(browser, page.url)
+    assert fresh.locator('[data-testid="stSidebar"] input[role=combobox][aria-label="model"]').input_value() == model
+    assert headline(fresh) == numbers
+    context.close()
+
+
+def test_a_link_to_a_model_that_does_not_exist_says_so(browser, server):
+    context, page = open_fresh(browser, f"{server}/patterns?model=attn-only-9l")
+    assert "The link's model “attn-only-9l” does not exist on this server" in page.inner_text("body")
+    context.close()
+    context, page = open_fresh(browser, f"{server}/patterns?model=attn-only-2l")  # a zoo model named bare
+    assert page.locator('[data-testid="stSidebar"] input[aria-label="model"]').input_value() == "zoo: attn-only-2l"
+    context.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Presentation mode
+
+PROJECTOR = {"width": 1280, "height": 720}
+
+
+def figure_font_sizes(page) -> list[float]:
+    """The font size, in CSS px, of every piece of text in every plotly chart on screen."""
+    return page.evaluate("""() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] svg text')]
+        .filter(t => t.textContent.trim()).map(t => parseFloat(getComputedStyle(t).fontSize))""")
+
+
+@pytest.mark.parametrize("path", ["equivalence", "patterns", "residual", "circuits", "lstm"])
+def test_presentation_mode_shows_one_section_in_large_type(browser, server, path):
+    context = browser.new_context(viewport=PROJECTOR, device_scale_factor=1.25)  # 125 % zoom
+    page = context.new_page()
+    page.goto(f"{server}/{path}?present=1")
+    page.get_by_role("button", name="Next").wait_for(timeout=120_000)
+    settle(page)
+    assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true"
+    assert page.get_by_role("switch", name="Presentation mode").is_checked()
+    first = main(page).locator("h3").first.inner_text()
+    assert main(page).locator("h3").count() == 1
+    sizes = figure_font_sizes(page)
+    if sizes:
+        assert min(sizes) >= 18, sorted(sizes)[:5]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"present-{path}.png"))
+    page.get_by_role("button", name="Next").click()
+    settle(page)
+    assert main(page).locator("h3").count() == 1 and main(page).locator("h3").first.inner_text() != first
+    assert "part=" in page.url and "present=true" in page.url
+    context.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Export
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_a_section_exports_a_large_png_an_svg_a_csv_and_a_zip(page, server):
+    page.goto(f"{server}/patterns")
+    wait_for_app(page, charts=4)
+    menu = main(page).get_by_text("Export this section")
+    menu.nth(4).click()  # the messages section: a figure and a table
+    body = page.locator('[data-testid="stPopoverBody"]')
+    with page.expect_download() as png:
+        body.get_by_role("button", name=re.compile(r"PNG \(3×\)")).first.click()
+    width, height = png_size(open(png.value.path(), "rb").read())
+    assert width >= 1200 and height >= 900, (width, height)
+    with page.expect_download() as svg:
+        body.get_by_role("button", name="SVG").first.click()
+    assert b"<svg" in open(svg.value.path(), "rb").read()[:500]
+    with page.expect_download() as csv:
+        body.get_by_role("button", name="messages (CSV)").click()
+    assert open(csv.value.path(), encoding="utf-8").readline().startswith("source,attention weight,‖message‖")
+    with page.expect_download() as bundle:
+        body.get_by_role("button", name="Everything in this section (zip)").click()
+    import zipfile
+
+    names = set(zipfile.ZipFile(bundle.value.path()).namelist())
+    assert {"figures/attention_from_the_destination.png", "figures/attention_from_the_destination.svg",
+            "tables/messages.csv", "numbers.csv", "snippets/attention_from_the_destination.py"} <= names, names

@@ -9,7 +9,7 @@ import streamlit as st
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
 from mechlib.device import MEMORY, BudgetError, budget_mb
-from sections import exercise, figure, metric, predict, prose, record, show, table
+from sections import controls, exercise, figure, metric, predict, prose, record, show, table
 from shell import check_line, select_slider, slider
 
 
@@ -30,28 +30,29 @@ st.latex(r"\operatorname{concat}(z^1,\dots,z^H)\,W_O \;=\; \sum_{h=1}^{H} z^h\,W
          r"\qquad W_O=\begin{bmatrix}W_O^1\\ \vdots\\ W_O^H\end{bmatrix},\; W_O^h\in\mathbb{R}^{d_\text{head}\times D}")
 
 sizes = equivalence.SEED_SIZES
-left, middle, right = st.columns(3)
-with left:
-    batch = slider("batch B", 1, 8, sizes["batch"], key="B")
-    seq = slider("sequence length S", 2, 128, sizes["seq"], key="S")
-with middle:
-    d_vocab = slider("vocabulary V", 2, 50_000, sizes["d_vocab"], key="V")
-    d_model = slider("d_model D", 8, 1024, sizes["d_model"], key="D", step=8)
-with right:
-    n_heads = select_slider("heads H (divisors of D)", [h for h in divisors(d_model) if h <= 64], sizes["n_heads"], key="H")
-    dtype = st.radio("precision of the run", ["float32", "float64"], index=0, key="dtype", bind="query-params",
-                     horizontal=True)
-seed = st.session_state["seed"]
-d_head = d_model // n_heads
-st.caption(f"d_head = D / H = {d_model} / {n_heads} = **{d_head}** · seed {seed} (sidebar) · "
-           "random weights W_E, W_pos, W_Q, W_K, W_V, W_O and random tokens")
-left, middle, right = st.columns(3)
-with left:
-    position = slider("position i (batch item 0)", 0, seq - 1, min(seq - 1, 5), key="pos")
-with middle:
-    column = slider("output column j (a d_model index)", 0, d_model - 1, 0, key="j")
-with right:
-    row = slider("a row of the concatenated W_O", 0, d_model - 1, min(d_model - 1, 70), key="row")
+with controls():
+    left, middle, right = st.columns(3)
+    with left:
+        batch = slider("batch B", 1, 8, sizes["batch"], key="B")
+        seq = slider("sequence length S", 2, 128, sizes["seq"], key="S")
+    with middle:
+        d_vocab = slider("vocabulary V", 2, 50_000, sizes["d_vocab"], key="V")
+        d_model = slider("d_model D", 8, 1024, sizes["d_model"], key="D", step=8)
+    with right:
+        n_heads = select_slider("heads H (divisors of D)", [h for h in divisors(d_model) if h <= 64], sizes["n_heads"], key="H")
+        dtype = st.radio("precision of the run", ["float32", "float64"], index=0, key="dtype", bind="query-params",
+                         horizontal=True)
+    seed = st.session_state["seed"]
+    d_head = d_model // n_heads
+    st.caption(f"d_head = D / H = {d_model} / {n_heads} = **{d_head}** · seed {seed} (sidebar) · "
+               "random weights W_E, W_pos, W_Q, W_K, W_V, W_O and random tokens")
+    left, middle, right = st.columns(3)
+    with left:
+        position = slider("position i (batch item 0)", 0, seq - 1, min(seq - 1, 5), key="pos")
+    with middle:
+        column = slider("output column j (a d_model index)", 0, d_model - 1, 0, key="j")
+    with right:
+        row = slider("a row of the concatenated W_O", 0, d_model - 1, min(d_model - 1, 70), key="row")
 
 try:
     result = compute(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)

@@ -3,21 +3,25 @@ and the phase change in which induction heads form."""
 
 import inspect
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from mechlib import checks, circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
-from shell import check_line, current_model, literal, section, slider, verdict
+from sections import exercise, figure, metric, predict, prose, record, show, table
+from shell import check_line, current_model, literal, section, select_slider, slider, verdict
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
 PATH_TOKENS = 8  # random ids the path expansion reads when a model has no tokenizer
+JUMP_RANGES = 5  # the phase-change question's options: the checkpoints in this many ranges of steps
+NONE = "none of them"
 
 
 def section_model(zoo_name: str, fits, why: str) -> tuple[tuple, object, str]:
     """(cache key, model, name as Markdown) of the section's model: the zoo's, or the sidebar's when ``fits(model)``."""
-    choice = st.radio("model for this section", [f"zoo: {zoo_name}", "the sidebar's model"], key=f"c_model_{zoo_name}",
-                      horizontal=True)
+    choice = st.radio("model for this section", [f"zoo: {zoo_name}", "the sidebar's model"], index=0,
+                      key=f"c_model_{zoo_name}", bind="query-params", horizontal=True)
     if choice == "the sidebar's model":
         key, model = current_model()
         if fits(model):
@@ -27,6 +31,12 @@ def section_model(zoo_name: str, fits, why: str) -> tuple[tuple, object, str]:
             return key, model, {"random": "the sidebar's random model", "session": literal(name)}.get(kind, name)
         st.info(f"The sidebar's model does not fit this section ({why}); showing zoo: {zoo_name}.")
     return ("zoo", zoo_name), zoo.load(zoo_name), zoo_name
+
+
+def reading(name: str) -> None:
+    """The section's model, named once under its radio (section titles stay fixed, so presentation mode keeps its
+    place when the model changes)."""
+    st.markdown(f"Reading **{name}**.")
 
 
 @st.cache_data(max_entries=4, show_spinner="Scoring every checkpoint…")
@@ -39,11 +49,17 @@ def snapshot_at(step: int, seed: int) -> induction.Snapshot:
     return induction.snapshot(zoo.load_snapshot(PHASE_MODEL, step), seed)
 
 
+def step_ranges(steps: list[int]) -> list[tuple[int, int]]:
+    """The checkpoints' steps cut into JUMP_RANGES ranges that share their ends: (first step, last step) each."""
+    return [(steps[chunk[0]], steps[chunk[-1] + 1]) for chunk in np.array_split(np.arange(len(steps) - 1), JUMP_RANGES)
+            if len(chunk)]
+
+
 st.title("Circuits")
-st.markdown("This page reads the zoo's attention-only models straight from their weights: what a model with no "
-            "layers can know, what one layer of heads adds, and how two layers build an induction head. "
-            "Each section starts on the zoo model it names; switch it to the sidebar's model where that fits.")
-chosen = st.radio("section", ["zero layers", "one layer", "two layers", "the phase change"], key="section",
+prose("This page reads the zoo's attention-only models straight from their weights: what a model with no layers can "
+      "know, what one layer of heads adds, and how two layers build an induction head. Each section starts on the zoo "
+      "model it names; switch it to the sidebar's model where that fits.")
+chosen = st.radio("section", ["zero layers", "one layer", "two layers", "the phase change"], index=0, key="section",
                   bind="query-params", horizontal=True)
 seed = st.session_state["seed"]
 
@@ -51,40 +67,67 @@ if chosen == "zero layers":
     key, model, name = section_model("attn-only-0l", lambda m: m.cfg.n_layers == 0 and m.tokenizer is not None
                                      and m.cfg.positional == "shortformer" and m.cfg.normalization is None,
                                      "it needs no layers, a tokenizer, shortformer positions and no LayerNorm")
-    st.subheader(f"Zero layers: W_E W_U is a bigram table ({name})")
-    st.latex(r"\text{logits}(t_{\text{next}} \mid t) = W_E[t]\, W_U + b_U")
-    st.caption(f"Positions: {model.cfg.positional}. Shortformer positions enter only queries and keys, never the "
-               "residual stream, so the logits of a zero-layer model are W_E W_U + b_U exactly, at every position.")
+    reading(name)
     z = section(circuits.zero_layer, key, model)
-    c, d = z.ceiling, model.cfg.d_model
-    for col, (what, value, helps) in zip(st.columns(4), [
-            ("KL(corpus ‖ this model)", c.model_kl, "the model's W_E W_U + b_U against the corpus's bigrams"),
-            (f"KL of the best rank-{d} fit", c.best_fit_kl, f"softmax(W_E W_U + b_U) fitted full-batch to the corpus's "
-             f"bigrams at width {d}: the least a model of this width can reach"),
-            ("KL of the unigram baseline", c.unigram_kl, "predicting p(next) whatever the current token"),
-            ("bigram entropy H(next | current)", c.entropy, "the corpus's own loss: no model of the current token does better")]):
-        col.metric(what, f"{value:.2g} nats" if value < 0.01 else f"{value:.3f} nats", help=helps)
-    learned = (f"KL **{c.model_kl:.2g} nats** against a bound of **{z.bound:.3f} nats** ({checks.BIGRAM_KL_SHARE} × "
-               f"the entropy) — {verdict(z.learned, 'learned', 'not learned')}: the model "
-               f"{'has' if z.learned else 'has not'} learned the bigram statistics")
-    best = (f"{'within' if z.at_best else 'more than'} {checks.BIGRAM_GAP_MAX} nats of the best rank-{d} fit — "
-            f"{verdict(z.at_best, 'as good as its width allows', 'short of what its width allows')}")
-    st.markdown(f"{learned}; {best}. Tables show the {circuits.TABLE_TOKENS} most frequent tokens.")
     label = dict(zip(z.ids, z.labels))
-    current = st.selectbox("current token", z.ids, format_func=label.__getitem__, key="z_token", bind="query-params")
-    st.dataframe(pd.DataFrame(z.next_tokens[z.ids.index(current)]).round(3), hide_index=True)
-    names = z.labels[: circuits.TABLE_TOKENS]
-    for col, (table, whose) in zip(st.columns(2), [(z.model_table, "The model"), (z.corpus_table, "The corpus")]):
-        col.plotly_chart(figures.token_heatmap(table, names, names, f"{whose}: P(next | current)", "next token",
-                                               "current token", "probability", diverging=False))
+    current = st.selectbox("current token", z.ids, index=0, format_func=label.__getitem__, key="z_token",
+                           bind="query-params")
+
+    def bigram_table() -> None:
+        z = section(circuits.zero_layer, key, model)
+        st.latex(r"\text{logits}(t_{\text{next}} \mid t) = W_E[t]\, W_U + b_U")
+        prose(f"Positions: {model.cfg.positional}. Shortformer positions enter only queries and keys, never the "
+              "residual stream, so the logits of a zero-layer model are W_E W_U + b_U exactly, at every position.")
+        c, d = z.ceiling, model.cfg.d_model
+        for col, (what, value, helps) in zip(st.columns(4), [
+                ("KL(corpus ‖ this model)", c.model_kl, "the model's W_E W_U + b_U against the corpus's bigrams"),
+                (f"KL of the best rank-{d} fit", c.best_fit_kl, f"softmax(W_E W_U + b_U) fitted full-batch to the "
+                 f"corpus's bigrams at width {d}: the least a model of this width can reach"),
+                ("KL of the unigram baseline", c.unigram_kl, "predicting p(next) whatever the current token"),
+                ("bigram entropy H(next | current)", c.entropy, "the corpus's own loss: no model of the current token "
+                 "does better")]):
+            metric(col, what, f"{value:.2g} nats" if value < 0.01 else f"{value:.3f} nats", help=helps)
+        learned = (f"KL **{c.model_kl:.2g} nats** against a bound of **{z.bound:.3f} nats** ({checks.BIGRAM_KL_SHARE} × "
+                   f"the entropy) — {verdict(z.learned, 'learned', 'not learned')}: the model "
+                   f"{'has' if z.learned else 'has not'} learned the bigram statistics")
+        best = (f"{'within' if z.at_best else 'more than'} {checks.BIGRAM_GAP_MAX} nats of the best rank-{d} fit — "
+                f"{verdict(z.at_best, 'as good as its width allows', 'short of what its width allows')}")
+        st.markdown(f"{learned}; {best}.")
+
+    def next_tokens() -> None:
+        z = section(circuits.zero_layer, key, model)
+        row = z.next_tokens[z.ids.index(current)]
+        top, p, corpus_top, q = (row["model's next token"][0], row["model probability"][0],
+                                 row["corpus's next token"][0], row["corpus probability"][0])
+        predict("bigram", f"Which token does the bigram table W_E W_U + b_U predict after '{literal(label[current])}'?",
+                sorted(literal(t) for t in row["model's next token"][:4]), literal(top),
+                f"Row '{literal(label[current])}' of softmax(W_E W_U + b_U) puts **{p:.3f}** on '{literal(top)}'; in "
+                f"the corpus, '{literal(corpus_top)}' follows it most often ({q:.3f}). Another current token, or "
+                "another model, answers differently.")
+        table(pd.DataFrame(row).round(3), f"next tokens after {label[current]}")
+
+    def side_by_side() -> None:
+        z = section(circuits.zero_layer, key, model)
+        names = z.labels[: circuits.TABLE_TOKENS]
+        prose(f"The {circuits.TABLE_TOKENS} most frequent tokens: each row is a current token, each column a next one.")
+        for col, (matrix, field, whose) in zip(st.columns(2), [(z.model_table, "model_table", "The model"),
+                                                               (z.corpus_table, "corpus_table", "The corpus")]):
+            title = f"{whose}: P(next | current)"
+            with col:
+                figure(figures.token_heatmap(matrix, names, names, title, "next token", "current token", "probability",
+                                             diverging=False), f"{whose.lower()} bigrams",
+                       f"names = result.labels[:{circuits.TABLE_TOKENS}]\n"
+                       f"fig = figures.token_heatmap(result.{field}, names, names, {title!r}, 'next token', "
+                       "'current token', 'probability', diverging=False)")
+
+    show([("Zero layers: W_E W_U is a bigram table", bigram_table),
+          ("The next tokens after one current token", next_tokens),
+          ("The model's table beside the corpus's", side_by_side)])
 
 elif chosen == "one layer":
     key, model, name = section_model("attn-only-1l", lambda m: m.cfg.n_layers >= 1 and m.cfg.d_vocab > 2,
                                      "it needs at least one layer, and a token besides <bos> and <unk>")
-    st.subheader(f"One layer: skip-trigrams and copying ({name})")
-    if model.cfg.n_layers > 1:
-        st.caption("Layer 0's heads are read; with more layers, later ones also act on them, so the one-layer reading "
-                   "is the direct part only.")
+    reading(name)
     head = slider("head", 0, model.cfg.n_heads - 1, 0, key="c_head")
     if model.tokenizer:
         prompt = st.text_input("prompt for the path expansion", "the class of an object is its type . the class of",
@@ -92,107 +135,216 @@ elif chosen == "one layer":
         ids = data.prompt_ids(model.tokenizer, prompt, model.cfg.n_ctx).ids
     else:
         ids = data.random_ids(model.cfg.d_vocab, min(PATH_TOKENS, model.cfg.n_ctx), seed)
-    o = section(circuits.one_layer, key, model, head, ids)
     head_name = circuits.head_label(0, head)
-    left, right = st.columns(2)
-    left.plotly_chart(figures.token_heatmap(o.qk, o.labels, o.labels, f"QK circuit of {head_name}: W_E W_QK W_Eᵀ",
-                                            "source token", "destination token", "score"))
-    right.plotly_chart(figures.token_heatmap(o.ov, o.labels, o.labels, f"OV circuit of {head_name}: W_E W_OV W_U",
-                                             "output token (logit raised)", "source token (attended to)", "logit"))
-    st.markdown("**Skip-trigrams** read off the two circuits: the destination attends to the source (QK), and "
-                "attending to the source raises the output (OV).")
-    st.dataframe(pd.DataFrame([{"skip-trigram": f"{s} … {d} → {out}", "QK score": round(q, 2), "OV logit": round(v, 2)}
-                               for s, d, out, q, v in o.trigrams]), hide_index=True)
-    left, right = st.columns([3, 2])
-    left.plotly_chart(figures.eigenvalues_plot(o.eigenvalues))
-    right.dataframe(pd.DataFrame({"head": list(o.eigenvalues), "copying score Σλ / Σ|λ|": o.copying.round(3)}), hide_index=True)
-    right.markdown(f"**{o.copiers} of {len(o.copying)} heads copy**: a head counts when its copying score is above "
-                   f"what a random head reaches, **{o.copying_bar:.2f}** (random heads of these sizes: mean + z·sd, z for "
-                   f"{len(o.copying)} heads at once)" + (", so none can: a score is at most 1" * (o.copying_bar >= 1)) + ".")
-    if o.path_check is None:
-        st.info("Path expansion is exact only without LayerNorm; this model has it, so the paths are not shown.")
-    else:
-        shortformer = model.cfg.positional == "shortformer"
-        st.markdown("**Path expansion**: the logits as the direct path plus one term per head plus biases"
-                    + (" (shortformer: positions only steer attention, so no path starts at W_pos)" * shortformer) + ". "
-                    + check_line("Their sum against the logits of a separate forward pass, in the model's own precision",
-                                 o.path_check) + ".")
-        st.dataframe(pd.DataFrame({"path": o.path_labels, "mean ‖logit contribution‖": o.path_norms.round(3)}),
-                     hide_index=True)
+
+    def qk_and_ov() -> None:
+        o = section(circuits.one_layer, key, model, head, ids)
+        if model.cfg.n_layers > 1:
+            prose("Layer 0's heads are read; with more layers, later ones also act on them, so the one-layer reading "
+                  "is the direct part only.")
+        prose("Two circuits per head, each a token × token table read from the weights alone. QK: W_E W_QK W_Eᵀ, with "
+              "W_QK = W_Q W_Kᵀ (the reading's W_p, the pattern weight matrix), scores how much a destination token "
+              "attends to a source token. OV: W_E W_OV W_U says which output logits a source token raises when "
+              "attended to.")
+        left, right = st.columns(2)
+        for col, (field, title, x, y, value) in zip((left, right), [
+                ("qk", f"QK circuit of {head_name}: W_E W_QK W_Eᵀ (W_QK = W_p)", "source token", "destination token",
+                 "score"),
+                ("ov", f"OV circuit of {head_name}: W_E W_OV W_U", "output token (logit raised)",
+                 "source token (attended to)", "logit")]):
+            with col:
+                figure(figures.token_heatmap(getattr(o, field), o.labels, o.labels, title, x, y, value),
+                       f"{field} circuit of {head_name}",
+                       f"fig = figures.token_heatmap(result.{field}, result.labels, result.labels, {title!r}, {x!r}, "
+                       f"{y!r}, {value!r})")
+
+    def trigrams() -> None:
+        o = section(circuits.one_layer, key, model, head, ids)
+        prose("Each row is a skip-trigram read off the two circuits: the destination attends to the source (QK), and "
+              "attending to the source raises the output (OV), whatever lies between them.")
+        table(pd.DataFrame([{"skip-trigram": f"{s} … {d} → {out}", "QK score": round(q, 2), "OV logit": round(v, 2)}
+                            for s, d, out, q, v in o.trigrams]), f"skip-trigrams of {head_name}")
+
+    def copying() -> None:
+        o = section(circuits.one_layer, key, model, head, ids)
+        prose("A head copies when attending to a token raises that same token's logit: its OV circuit W_E W_OV W_U "
+              "then has eigenvalues with a positive real part. The copying score, Σ Re λ / Σ |λ|, is 1 for a pure "
+              "copier and −1 for its opposite.")
+        values = o.eigenvalues[head_name]
+        copies = bool(o.copying[head] > o.copying_bar)
+        predict(f"copying {head_name}", f"Is {head_name} copying (its copying score above what a random head reaches)?",
+                ["yes", "no"], "yes" if copies else "no",
+                f"{int((values.real > 0).sum())} of its {len(values)} OV eigenvalues have a positive real part; its "
+                f"copying score is **{o.copying[head]:.3f}** against **{o.copying_bar:.3f}** for random heads of these "
+                f"sizes ({len(o.copying)} heads tested at once).")
+        left, right = st.columns([3, 2])
+        with left:
+            figure(figures.eigenvalues_plot(o.eigenvalues), "OV eigenvalues",
+                   "fig = figures.eigenvalues_plot(result.eigenvalues)")
+        with right:
+            table(pd.DataFrame({"head": list(o.eigenvalues), "copying score Σλ / Σ|λ|": o.copying.round(3)}),
+                  "copying scores")
+            st.markdown(f"**{o.copiers} of {len(o.copying)} heads copy**: a head counts when its copying score is above "
+                        f"what a random head reaches, **{o.copying_bar:.2f}** (random heads of these sizes: mean + z·sd, "
+                        f"z for {len(o.copying)} heads at once)"
+                        + (", so none can: a score is at most 1" * (o.copying_bar >= 1)) + ".")
+        record("heads that copy", f"{o.copiers} of {len(o.copying)}")
+
+    def paths() -> None:
+        o = section(circuits.one_layer, key, model, head, ids)
+        if o.path_check is None:
+            st.info("Path expansion is exact only without LayerNorm; this model has it, so the paths are not shown.")
+            return
+        prose("The logits as the direct path plus one term per head plus biases"
+              + (" (shortformer: positions only steer attention, so no path starts at W_pos)"
+                 * (model.cfg.positional == "shortformer")) + ".")
+        st.markdown(check_line("The paths' sum against the logits of a separate forward pass, in the model's own "
+                               "precision", o.path_check) + ".")
+        table(pd.DataFrame({"path": o.path_labels, "mean ‖logit contribution‖": o.path_norms.round(3)}), "paths")
+
+    show([("One layer: a head's QK and OV circuits", qk_and_ov),
+          ("Skip-trigrams", trigrams),
+          ("Copying: the OV circuit's eigenvalues", copying),
+          ("Path expansion", paths)])
 
 elif chosen == "two layers":
     key, model, name = section_model(
         "attn-only-2l", lambda m: m.cfg.n_layers >= 2 and circuits.composition_mb(m) <= budget_mb()
         and induction.scorable(m.cfg), f"it needs two layers or more, composition scores within {budget_mb():,.0f} MB; "
         + induction.SIZES_NEEDED)
-    st.subheader(f"Two layers: composition and the induction circuit ({name})")
-    t = section(induction.two_layers, key, model, seed)
-    comp, c = t.composition, t.circuit
-    for col, mode in zip(st.columns(3), "QKV"):
-        col.plotly_chart(figures.composition_heatmap(comp.scores[mode], comp.writers, comp.readers, comp.random, mode))
-    st.markdown(f"Random heads compose at about 1/√d_model = **{comp.random:.3f}** (random factors of these sizes: "
-                f"**{comp.chance.mean:.3f}** ± {comp.chance.sd:.3f}). Strongest: "
-                + "; ".join(f"{w} → {r} by {m}: **{s:.2f}**" for m, w, r, s in comp.strongest) + ".")
-    st.markdown("**Virtual heads.** When a later head reads, through its values, what an earlier head wrote, the two act "
-                "as one virtual head whose OV circuit is W_OV^A W_OV^B. The strongest pairs by V-composition, picked from "
-                f"{comp.tested}: a pair is above random past **{comp.bar:.3f}**, the mean + z·sd of random factors' scores "
-                f"with z for {comp.tested} pairs at once, so that a random model passes with a chance of "
-                f"{checks.FAMILY_ALPHA:.0%} at most:")
-    st.dataframe(pd.DataFrame([{"virtual head": f"{v.writer} → {v.reader}", "V-composition": round(v.v_composition, 3),
-                                "‖W_OV^A W_OV^B‖_F": round(v.norm, 2),
-                                "above random?": "✓ yes" if v.above_random else "✗ no"} for v in comp.virtual]),
-                 hide_index=True)
-    if not comp.any_virtual_above_random:
-        st.markdown(f"None of these pairs V-composes above random factors ({comp.bar:.3f}): {name} forms no "
-                    "virtual head stronger than chance.")
-    st.plotly_chart(figures.patterns_grid(t.patterns, "Every head on a repeated random sequence: "
-                                          "induction heads attend one token after each earlier copy"))
-    st.dataframe(pd.DataFrame({"head": t.heads, "previous-token": t.scores["prev_token"].flatten().round(3),
-                               "duplicate-token": t.scores["duplicate_token"].flatten().round(3),
-                               "induction (prefix matching)": t.scores["induction"].flatten().round(3)}), hide_index=True)
-    st.caption(f"A role is claimed only past its threshold: previous-token ≥ {checks.PREV_TOKEN_MIN}, induction ≥ "
-               f"{checks.INDUCTION_MIN}, K-composition and an OV copying score each above what random heads reach "
-               f"(their mean + z·sd, z for one test), and an induction score that falls by at least "
-               f"{checks.ABLATION_DROP_MIN:.0%} when the previous-token head is ablated.")
-    if c.found:
-        st.markdown(
-            f"**The circuit, as found in {name}.** {c.previous} is a previous-token head (score {c.previous_score:.2f}): "
-            f"it writes \"my previous token was A\" into each position. {c.induction} K-composes with it: its keys read "
-            f"that, so a query for A finds the position after the earlier A (induction score {c.induction_score:.2f}), "
-            f"and its OV circuit copies the token found there (copying score {c.copying:.2f} against {c.copying_bar:.2f} "
-            f"for a random head — {verdict(c.copies, 'copies', 'does not copy')}). Their K-composition is "
-            f"**{c.k_composition:.2f}**, against {c.baseline:.3f} for random factors on average (the bar for one pair: "
-            f"{c.threshold:.3f}) and a ceiling of **{c.k_ceiling:.2f}** for these two heads: with σ and "
-            "τ their singular values, no alignment of the two can score above √(Σ σᵢ² τᵢ²) / (‖σ‖ ‖τ‖).")
-        st.markdown(f"**Ablation proof.** With {c.previous}'s output set to zero (a functional argument; the shared model "
-                    f"is untouched), {c.induction}'s induction score falls from **{c.induction_score:.3f}** to "
-                    f"**{c.ablated_score:.3f}**, a drop of {c.drop:.0%} — "
-                    f"{verdict(c.depends, 'it depends on the previous-token head')}.")
-    else:
-        st.markdown(f"**No induction circuit found in {name}.** Missing: " + "; ".join(c.missing) + ".")
+    reading(name)
+
+    def composition() -> None:
+        comp = section(induction.two_layers, key, model, seed).composition
+        prose("A later head composes with an earlier one when it reads what the earlier one wrote: through its queries "
+              "(Q-composition), its keys (K-composition) or its values (V-composition). The score is ‖W_A W_B‖_F / "
+              "(‖W_A‖_F ‖W_B‖_F), with W_A the earlier head's W_OV and W_B the later head's W_QKᵀ, W_QK (the reading's W_p) or W_OV.")
+        for col, mode in zip(st.columns(3), "QKV"):
+            with col:
+                figure(figures.composition_heatmap(comp.scores[mode], comp.writers, comp.readers, comp.random, mode),
+                       f"{mode}-composition",
+                       f"comp = result.composition\nfig = figures.composition_heatmap(comp.scores[{mode!r}], "
+                       f"comp.writers, comp.readers, comp.random, {mode!r})")
+        st.markdown(f"Random heads compose at about 1/√d_model = **{comp.random:.3f}** (random factors of these sizes: "
+                    f"**{comp.chance.mean:.3f}** ± {comp.chance.sd:.3f}). Strongest: "
+                    + "; ".join(f"{w} → {r} by {m}: **{s:.2f}**" for m, w, r, s in comp.strongest) + ".")
+
+    def virtual_heads() -> None:
+        comp = section(induction.two_layers, key, model, seed).composition
+        prose("When a later head reads, through its values, what an earlier head wrote, the two act as one virtual "
+              "head whose OV circuit is W_OV^A W_OV^B.")
+        st.markdown(f"The strongest pairs by V-composition, picked from {comp.tested}: a pair is above random past "
+                    f"**{comp.bar:.3f}**, the mean + z·sd of random factors' scores with z for {comp.tested} pairs at "
+                    f"once, so that a random model passes with a chance of {checks.FAMILY_ALPHA:.0%} at most:")
+        table(pd.DataFrame([{"virtual head": f"{v.writer} → {v.reader}", "V-composition": round(v.v_composition, 3),
+                             "‖W_OV^A W_OV^B‖_F": round(v.norm, 2),
+                             "above random?": "✓ yes" if v.above_random else "✗ no"} for v in comp.virtual]),
+              "virtual heads")
+        if not comp.any_virtual_above_random:
+            st.markdown(f"None of these pairs V-composes above random factors ({comp.bar:.3f}): {name} forms no "
+                        "virtual head stronger than chance.")
+
+    def heads() -> None:
+        t = section(induction.two_layers, key, model, seed)
+        title = "Every head on a repeated random sequence: induction heads attend one token after each earlier copy"
+        figure(figures.patterns_grid(t.patterns, title), "patterns on a repeated sequence",
+               f"fig = figures.patterns_grid(result.patterns, {title!r})")
+        prev = t.scores["prev_token"].flatten()
+        exercise("previous-token head", "Find the previous-token head in this model: a head that puts at least "
+                 f"{checks.PREV_TOKEN_MIN} of its attention on the position just before the query. Read the patterns "
+                 "above.", t.heads + [NONE], t.previous_token_heads or [NONE],
+                 f"Mean attention to the previous position over a batch of repeated sequences: the highest, "
+                 + ", ".join(f"{h} **{s:.2f}**" for h, s in sorted(zip(t.heads, prev), key=lambda p: -p[1])[:3])
+                 + f". A previous-token head scores {checks.PREV_TOKEN_MIN} or more.")
+        table(pd.DataFrame({"head": t.heads, "previous-token": prev.round(3),
+                            "duplicate-token": t.scores["duplicate_token"].flatten().round(3),
+                            "induction (prefix matching)": t.scores["induction"].flatten().round(3)}), "head scores")
+        prose(f"A role is claimed only past its threshold: previous-token ≥ {checks.PREV_TOKEN_MIN}, induction ≥ "
+              f"{checks.INDUCTION_MIN}, K-composition and an OV copying score each above what random heads reach "
+              f"(their mean + z·sd, z for one test), and an induction score that falls by at least "
+              f"{checks.ABLATION_DROP_MIN:.0%} when the previous-token head is ablated.")
+
+    def the_circuit() -> None:
+        c = section(induction.two_layers, key, model, seed).circuit
+        predict("ablation", f"Set the output of {c.previous}, the best previous-token head (score "
+                f"{c.previous_score:.2f}), to zero. Which later head's induction score will the ablation break?",
+                list(c.ablation) + [NONE], c.broken or NONE,
+                "Induction scores before → after the ablation: "
+                + "; ".join(f"{h} {before:.2f} → {after:.2f}" for h, (before, after) in c.ablation.items())
+                + f". A head breaks when it is an induction head (≥ {checks.INDUCTION_MIN}) whose score falls by "
+                f"{checks.ABLATION_DROP_MIN:.0%} or more; the largest fall answers.")
+        if c.found:
+            st.markdown(
+                f"**The circuit, as found in {name}.** {c.previous} is a previous-token head (score {c.previous_score:.2f}): "
+                f"it writes \"my previous token was A\" into each position. {c.induction} K-composes with it: its keys "
+                f"read that, so a query for A finds the position after the earlier A (induction score "
+                f"{c.induction_score:.2f}), and its OV circuit copies the token found there (copying score "
+                f"{c.copying:.2f} against {c.copying_bar:.2f} for a random head — "
+                f"{verdict(c.copies, 'copies', 'does not copy')}). Their K-composition is **{c.k_composition:.2f}**, "
+                f"against {c.baseline:.3f} for random factors on average (the bar for one pair: {c.threshold:.3f}) and "
+                f"a ceiling of **{c.k_ceiling:.2f}** for these two heads: with σ and τ their singular values, no "
+                "alignment of the two can score above √(Σ σᵢ² τᵢ²) / (‖σ‖ ‖τ‖).")
+            st.markdown(f"**Ablation proof.** With {c.previous}'s output set to zero (a functional argument; the shared "
+                        f"model is untouched), {c.induction}'s induction score falls from **{c.induction_score:.3f}** to "
+                        f"**{c.ablated_score:.3f}**, a drop of {c.drop:.0%} — "
+                        f"{verdict(c.depends, 'it depends on the previous-token head')}.")
+            record("K-composition of the circuit", f"{c.k_composition:.3f}")
+            record("induction score after the ablation", f"{c.induction_score:.3f} → {c.ablated_score:.3f}")
+        else:
+            st.markdown(f"**No induction circuit found in {name}.** Missing: " + "; ".join(c.missing) + ".")
+
+    show([("Two layers: how heads compose", composition),
+          ("Virtual heads", virtual_heads),
+          ("Induction heads on a repeated sequence", heads),
+          ("The induction circuit, and the ablation that proves it", the_circuit)])
 
 else:
-    st.subheader(f"The phase change: when induction heads form ({PHASE_MODEL}'s training)")
     steps = zoo.snapshot_steps(PHASE_MODEL)
-    step = st.select_slider("training step", steps, steps[-1], key="c_step", bind="query-params")
-    st.plotly_chart(figures.training_curves(zoo.history(PHASE_MODEL), step))
-    every, snap = checkpoints(), snapshot_at(step, seed)
-    (prev_head, prev_score), (ind_head, ind_score) = snap.best_previous, snap.best_induction
-    st.markdown(f"At step {step:,}: best previous-token score **{prev_score:.2f}** ({prev_head}), best induction score "
-                f"**{ind_score:.2f}** ({ind_head}), in-context-learning score **{every.icl[every.steps.index(step)]:+.2f} "
-                "nats** (loss at the last position minus loss a tenth of the way in, on repeated sequences: negative "
-                "when the context helps).")
-    st.markdown(f"No checkpoint has an induction head (best score ≥ {checks.INDUCTION_MIN})." if every.formed_at is None
-                else f"An induction head (best score ≥ {checks.INDUCTION_MIN}) first appears at step **{every.formed_at:,}**.")
-    st.dataframe(pd.DataFrame({"step": every.steps, "best induction score": [round(s, 3) for s in every.induction],
-                               "in-context-learning score (nats)": [round(s, 2) for s in every.icl]}),
-                 hide_index=True, height=240)
-    st.plotly_chart(figures.patterns_grid(snap.patterns, f"Every head at step {step:,}"))
+    step = select_slider("training step", steps, steps[-1], key="c_step")
+
+    def training() -> None:
+        prose("The zoo's two-layer model saved during its training: the induction heads form suddenly, and in the same "
+              "steps the context starts to help the loss.")
+        figure(figures.training_curves(zoo.history(PHASE_MODEL), step), "training curves",
+               f"fig = figures.training_curves(zoo.history({PHASE_MODEL!r}), {step!r})")
+        every = checkpoints()
+        (before, after), ranges = every.jump, step_ranges(every.steps)
+        rises = np.diff(every.induction)
+        i = every.steps.index(before)
+        options = [f"{a:,}–{b:,}" for a, b in ranges]
+        predict("jump", f"Around which training step does the best induction score of {PHASE_MODEL} jump?", options,
+                next(o for o, (a, b) in zip(options, ranges) if a <= before and after <= b),
+                f"Between the checkpoints at steps {before:,} and {after:,} it rises from **{every.induction[i]:.2f}** "
+                f"to **{every.induction[i + 1]:.2f}**; no other pair of consecutive checkpoints rises by more than "
+                f"{np.delete(rises, i).max(initial=0.0):.2f}.")
+        st.markdown(f"No checkpoint has an induction head (best score ≥ {checks.INDUCTION_MIN})." if every.formed_at is None
+                    else f"An induction head (best score ≥ {checks.INDUCTION_MIN}) first appears at step "
+                         f"**{every.formed_at:,}**.")
+        table(pd.DataFrame({"step": every.steps, "best induction score": [round(s, 3) for s in every.induction],
+                            "in-context-learning score (nats)": [round(s, 2) for s in every.icl]}),
+              "scores per checkpoint", height=240)
+
+    def at_step() -> None:
+        every, snap = checkpoints(), snapshot_at(step, seed)
+        (prev_head, prev_score), (ind_head, ind_score) = snap.best_previous, snap.best_induction
+        st.markdown(f"At step {step:,}: best previous-token score **{prev_score:.2f}** ({prev_head}), best induction "
+                    f"score **{ind_score:.2f}** ({ind_head}), in-context-learning score "
+                    f"**{every.icl[every.steps.index(step)]:+.2f} nats**.")
+        prose("The in-context-learning score is the loss at the last position minus the loss a tenth of the way in, on "
+              "repeated sequences: negative when the context helps.")
+        title = f"Every head at step {step:,}"
+        figure(figures.patterns_grid(snap.patterns, title), "patterns at this step",
+               "from mechlib import induction\n\n"
+               f"snap = induction.snapshot(zoo.load_snapshot({PHASE_MODEL!r}, {step!r}), {seed!r})\n"
+               f"fig = figures.patterns_grid(snap.patterns, {title!r})")
+
+    show([(f"The phase change: when induction heads form in {PHASE_MODEL}", training),
+          ("Every head at one step", at_step)])
 
 with st.expander("Under the hood"):
     st.markdown("The composition score as Elhage et al. (2021) define it; the page uses a fast version of it.")
     st.code(inspect.getsource(circuits.composition_score_reference))
-    if st.toggle("show the fast implementation", key="c_fast"):
+    if st.toggle("show the fast implementation", False, key="c_fast", bind="query-params"):
         st.caption("Every pair at once, no d_model × d_model matrix; tested against the reference to 1e-10 in float64.")
         st.code("\n".join(inspect.getsource(f) for f in (
             circuits.composition_scores, circuits._writers_and_readers, circuits._orthonormal_left,

@@ -35,6 +35,11 @@ TERMS = {
                  "occurrence and copies it ([A][B] … [A] → [B]).",
     "skip-trigram": "What one attention layer adds: a source token, a current token and the next token it raises, "
                     "with anything in between.",
+    "W_p": "Seed 002's name for W_Q W_Kᵀ, the matrix this app calls W_QK: where a head looks.",
+    "unembedding": "W_U, the d_model × d_vocab matrix that turns the final residual stream into logits.",
+    "one-hot": "A vector of zeros with a single 1 at a token's id: multiplying it by W_E picks out that token's row.",
+    "channel": "In a convolutional network, one of the feature maps a layer reads; a convolution sums its filters' "
+               "responses over all input channels, as attention's output sums over heads.",
     "bigram": "A next-token prediction from the current token alone; a zero-layer model can only learn these.",
     "cell state": "An LSTM's long-term memory c_t: a vector carried from step to step and updated by "
                   "c_t = f_t ⊙ c_{t−1} + i_t ⊙ g_t, the forget gate scaling what it held, the input gate what it adds.",

@@ -21,7 +21,7 @@ from mechlib.model import Transformer
 
 __all__ = ["EVAL_LENGTH", "eval_length", "MIN_LENGTH", "SIZES_NEEDED", "scorable", "repeated_sequences",
            "stacked_patterns", "patterns_on", "previous_token_scores", "induction_scores", "duplicate_token_scores", "second_half_loss",
-           "loss_by_position", "mean_ablation", "head_scores", "in_context_learning_score", "evaluate", "InductionCircuit", "induction_circuit", "TwoLayers",
+           "loss_by_position", "mean_ablation", "head_scores", "ablated_induction_scores", "in_context_learning_score", "evaluate", "InductionCircuit", "induction_circuit", "TwoLayers",
            "two_layers", "Snapshot", "snapshot", "PhaseChange", "phase_change"]
 
 EVAL_LENGTH = 20  # scored at this segment length; training sequences avoid it
@@ -124,6 +124,13 @@ def head_scores(model: Transformer, batch: int = 32, seed: int = 1234,
 
 
 @torch.inference_mode()
+def ablated_induction_scores(model: Transformer, head: tuple[int, int]) -> Tensor:
+    """Every head's induction score [layer head] with ``head``'s output z set to zero: a functional ablation
+    (``ablate`` of the forward pass), the shared model untouched."""
+    return head_scores(model, ablate={head: model.embed.W_E.new_zeros(model.cfg.d_head)})["induction"]
+
+
+@torch.inference_mode()
 def in_context_learning_score(model: Transformer, tokens: Tensor) -> float:
     """Loss late in the context minus loss early (nats), as in Olsson et al. (500th − 50th token), scaled to
     this context: the last predicted position against the one a tenth of the way in. Negative: later
@@ -175,6 +182,8 @@ class InductionCircuit:
     copying_bar: float       # random_copying(…).bar(1): what a random head of these sizes reaches
     ablated_score: float     # the induction head's score with the previous-token head's output set to zero
     drop: float              # 1 − ablated_score / induction_score
+    ablation: dict[str, tuple[float, float]]  # each head in a layer after the previous-token head's -> (its induction
+                                              # score, the score with the previous-token head's output set to zero)
     has_previous: bool       # previous_score ≥ PREV_TOKEN_MIN
     has_induction: bool      # induction_score ≥ INDUCTION_MIN
     composes: bool           # k_composition > threshold
@@ -185,6 +194,14 @@ class InductionCircuit:
     @property
     def found(self) -> bool:
         return not self.missing
+
+    @property
+    def broken(self) -> str | None:
+        """The head whose induction score falls most when the previous-token head is ablated, if the ablation breaks
+        it: an induction head (score ≥ INDUCTION_MIN) whose score falls by ABLATION_DROP_MIN or more; else None."""
+        head = max(self.ablation, key=lambda h: self.ablation[h][0] - self.ablation[h][1])
+        before, after = self.ablation[head]
+        return head if before >= INDUCTION_MIN and 1 - after / before >= ABLATION_DROP_MIN else None
 
 
 def _circuit(model: Transformer, scores: dict[str, Tensor]) -> InductionCircuit:
@@ -204,7 +221,10 @@ def _circuit(model: Transformer, scores: dict[str, Tensor]) -> InductionCircuit:
     threshold = chance.bar(1)                                # one pair tested: the plain one-sided 95 % bar
     copying = float(circuits.copying_score(circuits.ov_eigenvalues(model, *induction)))
     copying_bar = circuits.random_copying(cfg.d_vocab, cfg.d_model, cfg.d_head).bar(1)
-    ablated = float(head_scores(model, ablate={previous: model.embed.W_E.new_zeros(cfg.d_head)})["induction"][induction])
+    ablated_all = ablated_induction_scores(model, previous)                                 # [layer head]
+    ablation = {circuits.head_label(later, h): (float(scores["induction"][later, h]), float(ablated_all[later, h]))
+                for later in range(previous[0] + 1, cfg.n_layers) for h in range(cfg.n_heads)}
+    ablated = float(ablated_all[induction])
     drop = 1 - ablated / induction_score if induction_score > 0 else 0.0
     has_previous, has_induction = previous_score >= PREV_TOKEN_MIN, induction_score >= INDUCTION_MIN
     composes, copies, depends = k > threshold, copying > copying_bar, has_induction and drop >= ABLATION_DROP_MIN
@@ -220,7 +240,7 @@ def _circuit(model: Transformer, scores: dict[str, Tensor]) -> InductionCircuit:
                   f"to {ablated:.2f}, a drop of {drop:.0%} < {ABLATION_DROP_MIN:.0%}" if has_induction else
                   "the ablation is not tested: no induction head found")) if not passed]
     return InductionCircuit(P, previous_score, I, induction_score, k, ceiling, chance.mean, threshold, copying,
-                            copying_bar, ablated, drop, has_previous, has_induction, composes, copies, depends, missing)
+                            copying_bar, ablated, drop, ablation, has_previous, has_induction, composes, copies, depends, missing)
 
 
 @torch.inference_mode()
@@ -250,6 +270,11 @@ class TwoLayers:
     scores: dict[str, np.ndarray]   # prev_token, duplicate_token, induction: [layer head] over a batch
     composition: circuits.Composition
     circuit: InductionCircuit
+
+    @property
+    def previous_token_heads(self) -> list[str]:
+        """The heads whose previous-token score reaches PREV_TOKEN_MIN: the ones this model has."""
+        return [head for head, score in zip(self.heads, self.scores["prev_token"].flatten()) if score >= PREV_TOKEN_MIN]
 
 
 @torch.inference_mode()
@@ -288,6 +313,12 @@ class PhaseChange:
     induction: list[float]     # the best induction score per checkpoint
     icl: list[float]           # the in-context-learning score per checkpoint, nats (negative: the context helps)
     formed_at: int | None      # the first step whose best induction score reaches INDUCTION_MIN
+
+    @property
+    def jump(self) -> tuple[int, int]:
+        """The consecutive checkpoints (step before, step after) between which the best induction score rises most."""
+        i = int(np.diff(self.induction).argmax())
+        return self.steps[i], self.steps[i + 1]
 
 
 @torch.inference_mode()

@@ -1,20 +1,32 @@
 """AppTest for the Circuits page: every section, its widgets, and the numbers it checks."""
 
 import dataclasses
+import html
 import re
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from mechlib import circuits, zoo
+from mechlib import circuits, glossary, induction, zoo
 from mechlib.checks import Check
-from tests.app.helpers import open_page, shown_checks
+from mechlib.config import ModelConfig
+from mechlib.model import Transformer
+from shell import literal
+from tests.app.helpers import APP, open_page, open_page_with_model, shown_checks
 
 REAL_ONE_LAYER = circuits.one_layer
 
 
 def page(**state) -> AppTest:
     return open_page("app_pages/circuits.py", **state)
+
+
+def reading(at: AppTest) -> str:
+    """The section's model, as the line under its radio names it."""
+    (name,) = [m.value.removeprefix("Reading **").removesuffix("**.") for m in at.markdown
+               if m.value.startswith("Reading **")]
+    return name
 
 
 def numbers(at: AppTest, pattern: str) -> list[float]:
@@ -35,7 +47,7 @@ def test_zero_layers_show_four_computed_figures_and_verdicts_from_them():
     text = " ".join(m.value for m in at.markdown)
     assert "✓ learned" in text and "has learned the bigram statistics" in text
     assert "within 0.01 nats of the best rank-128 fit" in text and "✓ as good as its width allows" in text
-    assert any("shortformer" in c.value and "W_E W_U + b_U exactly" in c.value for c in at.caption)
+    assert any("shortformer" in m.value and "W_E W_U + b_U exactly" in m.value for m in at.markdown)
     table = at.dataframe[0].value
     assert len(table) == 8 and table["model probability"].is_monotonic_decreasing
     at.selectbox(key="z_token").select_index(5).run()
@@ -50,8 +62,8 @@ def test_one_layer_copying_and_path_expansion_at_the_models_tolerance():
     assert bar == round(circuits.random_copying(1000, 128, 32).bar(4), 2) and 0.05 < bar < 0.2   # the shipped heads: 0.4
     ((difference, scaled, tolerance, passed),) = shown_checks(at)                    # the path expansion, the only one
     assert passed and scaled <= tolerance == 1e-5 and difference <= 1e-4              # float32's tolerance, not a literal
-    assert any(m.value.startswith("**Path expansion**") and "forward pass, in the model's own precision: max" in m.value
-               for m in at.markdown)
+    assert any(m.value.startswith("The paths' sum against the logits of a separate forward pass, in the model's own "
+                                  "precision: max") for m in at.markdown)
     at.slider(key="c_head").set_value(3).run()
     assert not at.exception and len(at.dataframe[0].value) == 15
     at.text_input(key="c_prompt").set_value("return the value").run()
@@ -70,7 +82,7 @@ def test_a_failing_path_expansion_is_shown_red(monkeypatch):
     at = page(section="one layer")
     assert not at.exception and not at.error
     assert shown_checks(at) == [(0.5, 0.5, 1e-5, False)]
-    line = next(m.value for m in at.markdown if m.value.startswith("**Path expansion**"))
+    line = next(m.value for m in at.markdown if m.value.startswith("The paths' sum"))
     assert line.endswith("max |difference| **5.0e-01**, scaled **5.0e-01** against a tolerance of **1e-05** · "
                          "max(1, |reference|) — :red[**✗ FAIL**].")
 
@@ -78,7 +90,7 @@ def test_a_failing_path_expansion_is_shown_red(monkeypatch):
 def test_two_layers_name_the_circuit_and_prove_it_by_ablation():
     at = page(section="two layers")
     assert not at.error
-    assert at.subheader[0].value.endswith("(attn-only-2l)")
+    assert reading(at) == "attn-only-2l"
     circuit = next(m.value for m in at.markdown if m.value.startswith("**The circuit, as found in attn-only-2l.**"))
     assert "L0H1 is a previous-token head" in circuit and "L1H1 K-composes with it" in circuit
     k_composition, random, ceiling = numbers(at, r"K-composition is \*\*([\d.]+)\*\*, against ([\d.]+).*?ceiling of \*\*([\d.]+)\*\*")
@@ -101,7 +113,7 @@ def test_gelu_2l_has_no_induction_circuit_and_the_page_says_what_is_missing():
     at = page(section="two layers")
     at.radio(key="c_model_attn-only-2l").set_value("the sidebar's model").run()
     assert not at.exception and not at.error
-    assert at.subheader[0].value.endswith("(gelu-2l)")
+    assert reading(at) == "gelu-2l"
     verdict = next(m.value for m in at.markdown if m.value.startswith("**No induction circuit found in gelu-2l.**"))
     assert re.search(r"no previous-token head before layer 1: the best, L0H\d, scores 0\.1\d < 0\.5", verdict)
     assert "no induction head" in verdict
@@ -153,7 +165,7 @@ def test_a_random_model_too_small_to_score_induction_gets_the_zoo_model_and_the_
     assert not at.exception and not at.error
     assert any("does not fit this section" in i.value and "induction scores need a context of 7 tokens or more" in i.value
                for i in at.info)
-    assert at.subheader[0].value.endswith("(attn-only-2l)")
+    assert reading(at) == "attn-only-2l"
 
 
 def test_a_random_model_with_one_dimensional_heads_claims_no_copying():
@@ -167,6 +179,143 @@ def test_a_random_model_with_one_dimensional_heads_claims_no_copying():
 
 def test_under_the_hood_shows_the_reference_and_the_fast_path_one_click_further():
     at = page(section="zero layers")
-    assert len(at.code) == 1 and "def composition_score_reference" in at.code[0].value
+    hood = [c.value for c in at.code if c.value.lstrip().startswith(("def", "@"))]  # not the snippets, not the link
+    assert len(hood) == 1 and "def composition_score_reference" in hood[0]
     at.toggle(key="c_fast").set_value(True).run()
-    assert not at.exception and "def composition_scores" in at.code[1].value and "cholesky" in at.code[1].value
+    hood = [c.value for c in at.code if c.value.lstrip().startswith(("def", "@"))]
+    assert not at.exception and "def composition_scores" in hood[1] and "cholesky" in hood[1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The URL, presentation mode, the glossary
+
+
+def test_each_sections_model_is_bound_to_the_url_and_the_train_page_can_preset_it():
+    assert page(section="two layers").radio(key="c_model_attn-only-2l").value == "zoo: attn-only-2l"  # fresh session
+    at = AppTest.from_file(APP, default_timeout=180)                               # a link to the sidebar's model
+    at.query_params["section"], at.query_params["c_model_attn-only-2l"] = "two layers", "the sidebar's model"
+    at.run()
+    at.switch_page("app_pages/circuits.py").run()
+    assert not at.exception and at.radio(key="c_model_attn-only-2l").value == "the sidebar's model"
+    assert reading(at) == "gelu-2l"
+    # the Train page sets the radio's state before switching here, so the page opens on the trained model
+    at = page(section="two layers", **{"c_model_attn-only-2l": "the sidebar's model"})
+    assert not at.exception and reading(at) == "gelu-2l"
+
+
+def test_every_other_widget_starts_on_its_fresh_sessions_value():
+    at = page(section="zero layers")
+    z = circuits.zero_layer(zoo.load("attn-only-0l"))
+    assert at.selectbox(key="z_token").value == z.ids[0] and at.toggle(key="c_fast").value is False
+    at = page(section="the phase change")
+    assert at.select_slider(key="c_step").value == zoo.snapshot_steps("attn-only-2l")[-1]
+
+
+def test_presentation_mode_shows_one_part_at_a_time_and_next_moves_on():
+    at = page(section="two layers", present=True)
+    assert not at.exception and [s.value for s in at.subheader] == ["Two layers: how heads compose"]
+    next(b for b in at.button if b.label == "Next").click().run()
+    assert not at.exception and [s.value for s in at.subheader] == ["Virtual heads"]
+    assert any(e.label == "Notes" for e in at.expander)                            # the prose, folded
+
+
+@pytest.mark.parametrize("section, terms", [
+    ("zero layers", ["shortformer"]),
+    ("one layer", ["skip-trigram", "copying score", "W_p", "W_QK"]),
+    ("two layers", ["K-composition", "virtual head", "induction"])])
+def test_the_prose_defines_its_jargon_in_tooltips(section, terms):
+    shown = " ".join(m.value for m in page(section=section).markdown)
+    for term in terms:
+        assert f'<abbr title="{html.escape(glossary.TERMS[term])}">{term}</abbr>' in shown, term
+
+
+def test_the_qk_circuit_is_labelled_with_the_readings_w_p():
+    at = page(section="one layer")
+    assert any("W_QK = W_p" in chart.proto.spec for chart in at.get("plotly_chart"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Questions: each revealed answer is this run's, so it changes with the data
+
+
+def revealed(at: AppTest, key: str) -> str:
+    """Predict the first option, reveal, and return the answer the page shows."""
+    radio = at.radio(key=f"predict {key}")
+    radio.set_value(radio.options[0]).run()
+    at.toggle(key=f"reveal {key}").set_value(True).run()
+    assert not at.exception, at.exception
+    (answer,) = [found[1] for m in at.markdown if (found := re.match(r"This run: \*\*(.+?)\*\* ", m.value))]
+    return answer
+
+
+def test_the_bigram_question_is_answered_from_w_e_w_u_for_the_chosen_token():
+    z = circuits.zero_layer(zoo.load("attn-only-0l"))
+    at = page(section="zero layers")
+    first = revealed(at, "bigram")
+    at.selectbox(key="z_token").select_index(3).run()
+    fourth = revealed(at, "bigram")
+    assert [first, fourth] == [literal(z.next_tokens[i]["model's next token"][0]) for i in (0, 3)]
+    assert first != fourth
+
+
+def test_the_copying_question_is_answered_from_the_heads_ov_eigenvalues():
+    at = page(section="one layer")
+    zoo_answer = revealed(at, "copying L0H0")
+    o = circuits.one_layer(zoo.load("attn-only-1l"), 0, (0, 2, 3))
+    assert zoo_answer == ("yes" if o.copying[0] > o.copying_bar else "no")
+    model = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=2, d_vocab=50, n_ctx=16, seed=0))
+    at = open_page_with_model("app_pages/circuits.py", model, section="one layer",
+                              **{"c_model_attn-only-1l": "the sidebar's model"})
+    random_answer = revealed(at, "copying L0H0")
+    o = circuits.one_layer(model, 0, (0, 2, 3))
+    assert random_answer == ("yes" if o.copying[0] > o.copying_bar else "no") != zoo_answer
+
+
+def test_the_ablation_question_names_the_head_the_ablation_breaks():
+    at = page(section="two layers")
+    zoo_answer = revealed(at, "ablation")
+    at.radio(key="c_model_attn-only-2l").set_value("the sidebar's model").run()     # gelu-2l
+    sidebar_answer = revealed(at, "ablation")
+    expected = [induction.induction_circuit(zoo.load(name)).broken or "none of them" for name in ("attn-only-2l", "gelu-2l")]
+    assert [zoo_answer, sidebar_answer] == expected == ["L1H1", "none of them"]
+
+
+@pytest.fixture
+def fresh_caches():
+    """The page's cached checkpoint scores, forgotten before and after a test that changes them."""
+    st.cache_data.clear()
+    yield
+    st.cache_data.clear()
+
+
+def test_the_phase_change_question_finds_the_jump_in_the_checkpoints_scores(monkeypatch, fresh_caches):
+    shipped = induction.phase_change("attn-only-2l")
+    answer = revealed(page(section="the phase change"), "jump")
+    low, high = (int(end.replace(",", "")) for end in answer.split("–"))
+    assert low <= shipped.jump[0] < shipped.jump[1] <= high and shipped.jump[1] == shipped.formed_at
+    # the same steps, with the score rising between 4,500 and 4,800 instead
+    late = [0.05] * 16 + [0.9] * 5
+    monkeypatch.setattr(induction, "phase_change", lambda name: dataclasses.replace(
+        shipped, induction=late, formed_at=shipped.steps[16]))
+    st.cache_data.clear()
+    moved = revealed(page(section="the phase change"), "jump")
+    low, high = (int(end.replace(",", "")) for end in moved.split("–"))
+    assert low <= 4_500 < 4_800 <= high and moved != answer
+
+
+def exercise_answer(at: AppTest) -> list[str]:
+    at.toggle(key="solution previous-token head").set_value(True).run()
+    (shown,) = [found[1] for m in at.markdown if (found := re.match(r"\*\*(.+?)\*\*\. Mean attention", m.value))]
+    return shown.split(", ")
+
+
+def test_the_previous_token_exercise_is_checked_against_the_live_scores():
+    at = page(section="two layers")
+    assert exercise_answer(at) == induction.two_layers(zoo.load("attn-only-2l"), 0).previous_token_heads == ["L0H1"]
+    at.selectbox(key="exercise previous-token head").set_value("L0H1").run()
+    assert any(m.value == ":green[**✓ right**]" for m in at.markdown)
+    at.selectbox(key="exercise previous-token head").set_value("L0H0").run()
+    assert any(m.value == ":red[**✗ not this one: try again**]" for m in at.markdown)
+    at = page(section="two layers", model="copying-2l", **{"c_model_attn-only-2l": "the sidebar's model"})
+    assert reading(at) == "copying-2l"
+    assert exercise_answer(at) == induction.two_layers(zoo.load("copying-2l"), 0).previous_token_heads == ["L0H0"]

@@ -138,6 +138,18 @@ def test_the_hand_built_circuit_is_found_in_whichever_layers_it_sits(n_layers, p
     assert circuit.copies and circuit.copying == pytest.approx(1.0)
     assert circuit.copying_bar == circuits.random_copying(12, 40, 16).bar(1) and 0.1 < circuit.copying_bar < 0.9
     assert circuit.depends and circuit.ablated_score < 0.2 and circuit.drop == pytest.approx(1 - circuit.ablated_score / circuit.induction_score)
+    # every head after the previous-token head's layer is asked; only the induction head breaks
+    assert list(circuit.ablation) == [f"L{layer}H0" for layer in range(previous + 1, n_layers)]
+    assert circuit.ablation[circuit.induction] == (circuit.induction_score, circuit.ablated_score)
+    assert circuit.broken == circuit.induction
+
+
+def test_the_ablation_is_functional_and_reaches_only_later_layers():
+    model = hand_built_circuit(n_layers=3, previous=1, later=2)
+    before = induction.head_scores(model)["induction"]
+    ablated = induction.ablated_induction_scores(model, (1, 0))                     # [layer head]
+    assert torch.equal(ablated[:2], before[:2]) and before[2, 0] > 0.99 and ablated[2, 0] < 0.2
+    assert torch.equal(induction.head_scores(model)["induction"], before)           # the model is untouched
 
 
 def test_a_positional_copy_of_an_induction_head_is_not_an_induction_circuit():
@@ -148,7 +160,7 @@ def test_a_positional_copy_of_an_induction_head_is_not_an_induction_circuit():
     circuit = induction.induction_circuit(hand_built_circuit(by_position=True))
     assert circuit.has_previous and circuit.has_induction and circuit.copies
     assert not circuit.composes and circuit.k_composition == 0.0
-    assert not circuit.depends and abs(circuit.drop) < 1e-9
+    assert not circuit.depends and abs(circuit.drop) < 1e-9 and circuit.broken is None  # nothing breaks
     assert not circuit.found and len(circuit.missing) == 2
     chance = circuits.random_composition(40, 16)
     assert circuit.missing[0] == (f"no K-composition: L0H0 → L1H0 scores 0.000, not above random (random heads score "
@@ -203,6 +215,8 @@ def test_two_layers_puts_the_composition_and_the_circuit_side_by_side():
     assert t.scores["induction"][1, 1] == pytest.approx(t.circuit.induction_score)
     assert t.composition.chance.mean == t.circuit.baseline and t.composition.chance.bar(1) == t.circuit.threshold
     assert t.circuit.copies and t.circuit.copying > 0.9 > 0.1 > t.circuit.copying_bar         # L1H1 copies
+    assert t.previous_token_heads == ["L0H1"] and t.scores["prev_token"][0, 1] >= 0.5 > t.scores["prev_token"][0, 0]
+    assert t.circuit.broken == "L1H1" and set(t.circuit.ablation) == {f"L1H{h}" for h in range(4)}
 
 
 @pytest.mark.parametrize("n_ctx, d_vocab", [(2, 3), (6, 1000), (64, 21), (64, 2)])
@@ -251,3 +265,9 @@ def test_the_phase_change_is_read_from_the_shipped_checkpoints():
     early, late = (induction.snapshot(zoo.load_snapshot("attn-only-2l", step), 0) for step in (replay.steps[0], replay.steps[-1]))
     assert early.best_induction[1] < 0.3 and late.best_induction == ("L1H1", pytest.approx(replay.induction[-1]))
     assert late.best_previous[0] == "L0H1" and late.patterns.shape == (2, 4, 41, 41)
+    assert replay.jump == (replay.steps[first - 1], replay.formed_at)    # the largest rise is where the head forms
+
+
+def test_the_jump_is_the_largest_rise_between_consecutive_checkpoints():
+    replay = induction.PhaseChange([0, 10, 20, 30, 40], [0.1, 0.3, 0.35, 0.8, 0.2], [0.0] * 5, 30)
+    assert replay.jump == (20, 30)                                      # +0.45, more than +0.2 and the fall of 0.6

@@ -89,11 +89,24 @@ def test_the_preset_forms_an_induction_head_live_and_opens_on_the_circuits_page(
     page.get_by_text("The circuit check finds it").wait_for(timeout=120_000)
     wait_for_app(page, charts=2)
     assert no_exception(page)
-    assert "trained #1: watch an induction head form" in page.locator('[data-testid="stSidebar"]').inner_text()
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    label = sidebar.locator('input[aria-label="model"]').input_value()
+    assert re.fullmatch(r"trained [a-z2-7]{8}: watch an induction head form", label), label
     save_whole_page(page, "train", height=1500, charts=2)
     page.get_by_text("Read its circuit on the Circuits page (two layers)").click()
-    page.get_by_text("The circuit, as found in trained #1").wait_for(timeout=60_000)
+    page.get_by_text(f"The circuit, as found in {label}").wait_for(timeout=60_000)
     assert no_exception(page)
+
+    # The class opens the teacher's link in their own browsers: the server keeps the model under its id.
+    context = page.context.browser.new_context(viewport={"width": 1400, "height": 1000})
+    student = context.new_page()
+    student.goto(page.url)
+    student.get_by_text(f"The circuit, as found in {label}").wait_for(timeout=120_000)
+    assert student.locator('[data-testid="stSidebar"] input[aria-label="model"]').input_value() == label
+    student.reload()  # and a reload does not lose it
+    student.get_by_text(f"The circuit, as found in {label}").wait_for(timeout=120_000)
+    assert no_exception(student)
+    context.close()
 
 
 def test_your_own_model_trains_and_shows_live_curves(page, server):
@@ -107,7 +120,8 @@ def test_your_own_model_trains_and_shows_live_curves(page, server):
     assert no_exception(page)
     page.get_by_text("Download as .safetensors").wait_for(timeout=30_000)
     # The trained model is now the sidebar's choice.
-    assert "trained #1: 2L×2H d32 ctx 32" in page.locator('[data-testid="stSidebar"]').inner_text()
+    label = page.locator('[data-testid="stSidebar"] input[aria-label="model"]').input_value()
+    assert re.match(r"trained [a-z2-7]{8}: 2L×2H d32 ctx 32", label), label
 
 
 def running_trainings(page, server) -> int:

@@ -56,6 +56,15 @@ def literal(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", text)
 
 
+def _restate(key: str, value) -> None:
+    """Put a remembered widget value (``value``: moved to fit, where it no longer does) back into the session
+    before its widget is drawn. A bound value reaches the URL only when it changes, and Streamlit leaves it out
+    while it equals the widget's default; so when the fresh session's default moves (another model's last
+    layer, another prompt's length, another model's top tokens) a value that was the default before is the
+    one the link lacks. Re-stating it each run makes Streamlit write it whenever it differs from the default."""
+    st.session_state[key] = value
+
+
 def slider(label: str, low: int, high: int, default: int, key: str, step: int = 1) -> int:
     """An int slider bound to the URL; a remembered value outside [low, high] moves to the nearest end.
     ``default`` is what a fresh session shows, and the widget is always given it: Streamlit leaves a bound
@@ -65,19 +74,27 @@ def slider(label: str, low: int, high: int, default: int, key: str, step: int = 
     if low == high:
         st.caption(f"{label}: {low} (the only one)")
         return low
-    if key in st.session_state and not low <= st.session_state[key] <= high:
-        st.session_state[key] = min(max(st.session_state[key], low), high)
+    if key in st.session_state:
+        _restate(key, min(max(st.session_state[key], low), high))
     return st.slider(label, low, high, default, step=step, key=key, bind="query-params")
 
 
 def select_slider(label: str, options: list[int], default: int, key: str) -> int:
     """A select slider over ints bound to the URL, always given the fresh session's ``default`` (see ``slider``);
     a remembered value no longer offered moves to the nearest option."""
-    if key in st.session_state and st.session_state[key] not in options:
+    if key in st.session_state:
         current = st.session_state[key]
-        st.session_state[key] = min(options, key=lambda o: (abs(o - current), o))
+        _restate(key, min(options, key=lambda o: (abs(o - current), o)))
     value = default if default in options else min(options, key=lambda o: abs(o - default))
     return st.select_slider(label, options, value, key=key, bind="query-params")
+
+
+def selectbox(label: str, options: list, key: str, format_func=str, index: int = 0):
+    """A select box bound to the URL whose options change with the data (a model's tokens): the fresh session
+    shows ``options[index]``; a remembered value no longer offered goes back to it (see ``_restate``)."""
+    if st.session_state.get(key) is not None:  # None, an option meaning "nothing", is never re-stated: Streamlit
+        _restate(key, st.session_state[key] if st.session_state[key] in options else options[index])  # reads it as unset
+    return st.selectbox(label, options, index, format_func=format_func, key=key, bind="query-params")
 
 
 def clean_url_ints(bounds: dict[str, tuple[int, int]]) -> None:

@@ -10,7 +10,7 @@ import streamlit as st
 from mechlib import checks, circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
 from sections import exercise, figure, metric, predict, prose, record, show, table
-from shell import check_line, current_model, literal, section, select_slider, slider, verdict
+from shell import check_line, current_model, literal, section, select_slider, selectbox, slider, verdict
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
 PATH_TOKENS = 8  # random ids the path expansion reads when a model has no tokenizer
@@ -70,8 +70,7 @@ if chosen == "zero layers":
     reading(name)
     z = section(circuits.zero_layer, key, model)
     label = dict(zip(z.ids, z.labels))
-    current = st.selectbox("current token", z.ids, index=0, format_func=label.__getitem__, key="z_token",
-                           bind="query-params")
+    current = selectbox("current token", z.ids, "z_token", label.__getitem__)
 
     def bigram_table() -> None:
         z = section(circuits.zero_layer, key, model)

@@ -9,7 +9,7 @@ import streamlit as st
 from mechlib import data, figures, residual
 from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX
 from sections import controls, exercise, figure, predict, prose, record, show, table
-from shell import check_line, current_model, input_tokens, literal, section, slider
+from shell import check_line, current_model, input_tokens, literal, section, selectbox, slider
 
 
 def names(model, tokens) -> list[str]:
@@ -41,6 +41,7 @@ boundary_names = ["the embeddings"] + [f"after block {b}" for b in range(cfg.n_l
 
 
 def the_ledger() -> None:
+    st.markdown(f"At position **{position}** ('{literal(labels[position])}'):")
     book = section(residual.ledger_at, key, model, ids, position)
     terms = f"The sum of the {len(book.labels)} terms" if len(book.labels) > 1 else "The only term"
     lines = [check_line(f"{terms} read through {readout}, against the logits of a separate forward pass at all "
@@ -123,12 +124,10 @@ def attribution() -> None:
     left, right = st.columns(2)
     candidates = section(residual.lens, key, model, ids, position).candidates
     with left:
-        token = st.selectbox("token", candidates, 0, format_func=lambda t: names(model, [t])[0], key="dla_token",
-                             bind="query-params")
+        token = selectbox("token", candidates, "dla_token", lambda t: names(model, [t])[0])
     with right:
-        other = st.selectbox("against", [None] + candidates, 0,
-                             format_func=lambda t: "—" if t is None else names(model, [t])[0], key="dla_other",
-                             bind="query-params")
+        other = selectbox("against", [None] + candidates, "dla_other",
+                          lambda t: "—" if t is None else names(model, [t])[0])
     dla = section(residual.attribution, key, model, ids, position, token, other)
     what = f"the logit of '{names(model, [token])[0]}'"
     what += f" minus that of '{names(model, [other])[0]}'" if other is not None else ""
@@ -193,7 +192,7 @@ def subspaces() -> None:
            "fig = figures.overlap_heatmap(result.overlap, result.labels, result.baseline)")
 
 
-show([(f"The ledger at position {position} ('{literal(labels[position])}')", the_ledger),
+show([("The ledger at one position", the_ledger),
       ("The stream through depth", through_depth),
       ("Logit lens", logit_lens),
       ("Direct logit attribution", attribution)]

@@ -385,7 +385,18 @@ def for_slides(fig: go.Figure) -> go.Figure:
     its axis shown (plotly thins crowded ticks), and heatmaps tall enough for one label per row."""
     layout = _bigger_fonts(fig.to_dict()["layout"])
     layout["font"] = {**layout.get("font", {}), "size": max(SLIDE_FONT, layout.get("font", {}).get("size", 0))}
-    slides = go.Figure(data=fig.data, layout=layout)
+    slides = go.Figure(data=fig.data, layout=layout)  # the traces are copied, the figure passed in is not touched
+    for trace in slides.data:  # text drawn on the marks (bar values, cell values) has its own font, 12 px unless set
+        if getattr(trace, "text", None) is not None or getattr(trace, "texttemplate", None) is not None:
+            trace.update(textfont_size=max(SLIDE_FONT, trace.textfont.size or 0))
+    # Streamlit's plotly theme sizes ticks (12 px) and titles (14-16 px) in its template, which wins over
+    # layout.font: every text the figure draws gets its size here instead.
+    for axes in (slides.for_each_xaxis, slides.for_each_yaxis):
+        axes(lambda axis: axis.update(tickfont_size=max(SLIDE_FONT, axis.tickfont.size or 0), title_font_size=SLIDE_FONT))
+    slides.update_layout(title_font_size=SLIDE_FONT + 2, legend_font_size=SLIDE_FONT, legend_title_font_size=SLIDE_FONT)
+    slides.update_traces(colorbar_tickfont_size=SLIDE_FONT, colorbar_title_font_size=SLIDE_FONT,
+                         selector=lambda trace: "colorbar" in trace)
+    slides.update_coloraxes(colorbar_tickfont_size=SLIDE_FONT, colorbar_title_font_size=SLIDE_FONT)
     rows = 0
     for trace in fig.data:
         for axis in ("x", "y"):

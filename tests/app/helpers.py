@@ -37,3 +37,21 @@ def open_page_with_model(path: str, model, **state) -> AppTest:
 
     label = "uploaded: test.safetensors"
     return open_page(path, session_models={label: io.to_bytes(model)}, model=label, **state)
+
+
+def reveal(at: AppTest, key: str) -> tuple[str, str]:
+    """Answer the question ``key`` (its first option), reveal it, and read what the page now says: (the answer in
+    bold after "This run:", the whole line). Earlier revealed questions stay open, so the new line is the one
+    that was not there before."""
+    def said() -> list[str]:
+        return [m.value for m in at.markdown if m.value.startswith("This run: **")]
+
+    radio = at.radio(key=f"predict {key}")
+    radio.set_value(radio.options[0]).run()
+    if at.toggle(key=f"reveal {key}").value:  # hidden first, where an earlier call revealed it
+        at.toggle(key=f"reveal {key}").set_value(False).run()
+    before = said()
+    at.toggle(key=f"reveal {key}").set_value(True).run()
+    assert not at.exception, at.exception
+    (line,) = [line for line in said() if line not in before]
+    return re.match(r"This run: \*\*(.+?)\*\*", line)[1], line

@@ -13,7 +13,7 @@ from mechlib.checks import Check
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
 from shell import literal
-from tests.app.helpers import APP, open_page, open_page_with_model, shown_checks
+from tests.app.helpers import APP, open_page, open_page_with_model, reveal, shown_checks
 
 REAL_ONE_LAYER = circuits.one_layer
 
@@ -238,44 +238,36 @@ def test_the_qk_circuit_is_labelled_with_the_readings_w_p():
 # Questions: each revealed answer is this run's, so it changes with the data
 
 
-def revealed(at: AppTest, key: str) -> str:
-    """Predict the first option, reveal, and return the answer the page shows."""
-    radio = at.radio(key=f"predict {key}")
-    radio.set_value(radio.options[0]).run()
-    at.toggle(key=f"reveal {key}").set_value(True).run()
-    assert not at.exception, at.exception
-    (answer,) = [found[1] for m in at.markdown if (found := re.match(r"This run: \*\*(.+?)\*\* ", m.value))]
-    return answer
 
 
 def test_the_bigram_question_is_answered_from_w_e_w_u_for_the_chosen_token():
     z = circuits.zero_layer(zoo.load("attn-only-0l"))
     at = page(section="zero layers")
-    first = revealed(at, "bigram")
+    first = reveal(at, "bigram")[0]
     at.selectbox(key="z_token").select_index(3).run()
-    fourth = revealed(at, "bigram")
+    fourth = reveal(at, "bigram")[0]
     assert [first, fourth] == [literal(z.next_tokens[i]["model's next token"][0]) for i in (0, 3)]
     assert first != fourth
 
 
 def test_the_copying_question_is_answered_from_the_heads_ov_eigenvalues():
     at = page(section="one layer")
-    zoo_answer = revealed(at, "copying L0H0")
+    zoo_answer = reveal(at, "copying L0H0")[0]
     o = circuits.one_layer(zoo.load("attn-only-1l"), 0, (0, 2, 3))
     assert zoo_answer == ("yes" if o.copying[0] > o.copying_bar else "no")
     model = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=2, d_vocab=50, n_ctx=16, seed=0))
     at = open_page_with_model("app_pages/circuits.py", model, section="one layer",
                               **{"c_model_attn-only-1l": "the sidebar's model"})
-    random_answer = revealed(at, "copying L0H0")
+    random_answer = reveal(at, "copying L0H0")[0]
     o = circuits.one_layer(model, 0, (0, 2, 3))
     assert random_answer == ("yes" if o.copying[0] > o.copying_bar else "no") != zoo_answer
 
 
 def test_the_ablation_question_names_the_head_the_ablation_breaks():
     at = page(section="two layers")
-    zoo_answer = revealed(at, "ablation")
+    zoo_answer = reveal(at, "ablation")[0]
     at.radio(key="c_model_attn-only-2l").set_value("the sidebar's model").run()     # gelu-2l
-    sidebar_answer = revealed(at, "ablation")
+    sidebar_answer = reveal(at, "ablation")[0]
     expected = [induction.induction_circuit(zoo.load(name)).broken or "none of them" for name in ("attn-only-2l", "gelu-2l")]
     assert [zoo_answer, sidebar_answer] == expected == ["L1H1", "none of them"]
 
@@ -290,7 +282,7 @@ def fresh_caches():
 
 def test_the_phase_change_question_finds_the_jump_in_the_checkpoints_scores(monkeypatch, fresh_caches):
     shipped = induction.phase_change("attn-only-2l")
-    answer = revealed(page(section="the phase change"), "jump")
+    answer = reveal(page(section="the phase change"), "jump")[0]
     low, high = (int(end.replace(",", "")) for end in answer.split("–"))
     assert low <= shipped.jump[0] < shipped.jump[1] <= high and shipped.jump[1] == shipped.formed_at
     # the same steps, with the score rising between 4,500 and 4,800 instead
@@ -298,7 +290,7 @@ def test_the_phase_change_question_finds_the_jump_in_the_checkpoints_scores(monk
     monkeypatch.setattr(induction, "phase_change", lambda name: dataclasses.replace(
         shipped, induction=late, formed_at=shipped.steps[16]))
     st.cache_data.clear()
-    moved = revealed(page(section="the phase change"), "jump")
+    moved = reveal(page(section="the phase change"), "jump")[0]
     low, high = (int(end.replace(",", "")) for end in moved.split("–"))
     assert low <= 4_500 < 4_800 <= high and moved != answer
 

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from mechlib import equivalence
 from mechlib.checks import Check
-from tests.app.helpers import open_page, shown_checks
+from tests.app.helpers import open_page, reveal, shown_checks
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
 REAL_RUN = equivalence.run
@@ -200,13 +200,6 @@ def test_the_element_section_takes_R_i_j_apart_per_head(app):
     assert any("An aside: heads as channels" in m.value for m in app.markdown)
 
 
-def reveal(at: AppTest, key: str) -> tuple[str, str]:
-    """Pick the first option of question ``key``, reveal it: (the revealed answer, the whole revealed line)."""
-    at.radio(key=f"predict {key}").set_value(at.radio(key=f"predict {key}").options[0]).run()
-    at.toggle(key=f"reveal {key}").set_value(True).run()
-    assert not at.exception, at.exception
-    (line,) = [m.value for m in at.markdown if m.value.startswith("This run: **")]
-    return re.match(r"This run: \*\*(.+?)\*\*", line)[1], line
 
 
 def revealed_on_two_settings(key: str, change) -> list[tuple[str, str, equivalence.EquivalenceResult]]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers import open_page
+from tests.app.helpers import open_page
 from mechlib import lessons
 
 

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from mechlib import analogy, checks, copying, zoo
 from mechlib.checks import LOSS_TIE, Check
-from tests.app.helpers import APP, open_page, shown_checks
+from tests.app.helpers import APP, open_page, reveal, shown_checks
 
 TRANSFORMER, LSTM = analogy.NAMES[analogy.TRANSFORMER], analogy.NAMES[analogy.RNN]
 REAL = {"side_by_side": analogy.side_by_side, "separating_test": analogy.separating_test, "heldout": analogy.heldout,
@@ -225,15 +225,6 @@ def test_a_link_sets_the_widgets_and_each_is_drawn_with_a_fresh_sessions_default
 # Questions: each revealed on two settings where mechlib's answers differ.
 
 
-def reveal(at: AppTest, key: str) -> str:
-    """Predict (the first option), reveal, and read the answer shown: the bold text after "This run:"."""
-    radio = at.radio(key=f"predict {key}")
-    radio.set_value(radio.options[0]).run()
-    at.toggle(key=f"reveal {key}").set_value(True).run()
-    assert not at.exception, at.exception
-    shown = [m.value for m in at.markdown if m.value.startswith("This run: ")]
-    assert len(shown) == 1, shown
-    return re.match(r"This run: \*\*(.+?)\*\* ", shown[0])[1]
 
 
 def view(length: int) -> analogy.SideBySide:
@@ -258,15 +249,15 @@ def shed(state: dict) -> str:
     ("shed", [{"l_test": 6}, {"l_test": 20}], shed),
 ])
 def test_each_question_reveals_the_live_answer(key, settings, expected):
-    answers = [reveal(page(**state), key) for state in settings]
+    answers = [reveal(page(**state), key)[0] for state in settings]
     assert answers == [expected(state) for state in settings]
     assert len(set(answers)) == 2, answers
 
 
 def test_the_controls_question_reveals_the_lowest_second_copy_loss(monkeypatch):
-    answers = [reveal(page(), "controls")]
+    answers = [reveal(page(), "controls")[0]]
     monkeypatch.setattr(copying, "controls", controls_in_other_roles)
-    answers.append(reveal(page(), "controls"))
+    answers.append(reveal(page(), "controls")[0])
     lowest = [min(c.second_copy, key=c.second_copy.get) for c in (REAL["controls"](0), controls_in_other_roles(0))]
     assert answers == lowest == ["two layers", "one layer"]  # the two-layer model sits in the "one layer" role
 

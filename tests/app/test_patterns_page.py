@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
-from tests.app.helpers import open_page, open_page_with_model, shown_checks
+from tests.app.helpers import open_page, open_page_with_model, reveal, shown_checks
 
 
 def page(**state) -> AppTest:
@@ -98,28 +98,18 @@ def test_the_start_page_says_this_page_runs_on_the_sidebars_model():
         "Runs on the model chosen in the sidebar.")
 
 
-def revealed(at: AppTest, key: str) -> str:
-    """Predict the first option, reveal, and return the answer the page states for that question
-    ("This run: **<answer>**")."""
-    at.radio(key=f"predict {key}").set_value(at.radio(key=f"predict {key}").options[0]).run()
-    before = [m.value for m in at.markdown if m.value.startswith("This run: **")]
-    at.toggle(key=f"reveal {key}").set_value(True).run()
-    assert not at.exception, at.exception
-    after = [m.value for m in at.markdown if m.value.startswith("This run: **")]
-    (answer,) = [line for line in after if line not in before]
-    return answer.split("**")[1]
 
 
 def test_the_regrouping_and_rank_answers_follow_the_model():
     wide = ModelConfig(n_layers=1, d_model=16, n_heads=2, d_head=24, d_vocab=40, n_ctx=12, seed=3)
     square = ModelConfig(n_layers=1, d_model=16, n_heads=1, d_vocab=40, n_ctx=12, seed=3)  # d_head = d_model
     default = page()
-    assert revealed(default, "regrouping") == "((QKᵀ)V)O needs fewer"  # d_head 32 < d_model 128
-    assert revealed(default, "rank") == "32"
+    assert reveal(default, "regrouping")[0] == "((QKᵀ)V)O needs fewer"  # d_head 32 < d_model 128
+    assert reveal(default, "rank")[0] == "32"
     at = open_page_with_model("app_pages/patterns.py", Transformer(square))
-    assert revealed(at, "regrouping") == "the same"  # n²·d_head + n·d_head·D = n·d_head·D + n²·D when d_head = D
+    assert reveal(at, "regrouping")[0] == "the same"  # n²·d_head + n·d_head·D = n·d_head·D + n²·D when d_head = D
     at = open_page_with_model("app_pages/patterns.py", Transformer(wide))
-    assert revealed(at, "rank") == "16"  # d_head 24 > d_model 16: the rank is the stream's width
+    assert reveal(at, "rank")[0] == "16"  # d_head 24 > d_model 16: the rank is the stream's width
 
 
 def test_where_a_position_looks_is_revealed_from_the_live_pattern():
@@ -130,7 +120,7 @@ def test_where_a_position_looks_is_revealed_from_the_live_pattern():
     ids = data.prompt_ids(model.tokenizer, DEFAULT_PROMPT, model.cfg.n_ctx).ids
     answers = {}
     for layer, head in [(1, 0), (0, 0), (0, 3)]:
-        answers[layer, head] = revealed(page(layer=layer, head=head), "pattern")
+        answers[layer, head] = reveal(page(layer=layer, head=head), "pattern")[0]
         assert answers[layer, head] == patterns.where_looked(patterns.scores(model, ids, layer, head).pattern, len(ids) - 1)
     assert answers == {(1, 0): "another earlier position", (0, 0): "the previous position", (0, 3): "position 0"}
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from helpers import open_page
+from tests.app.helpers import open_page
 
 PAGES = {  # page: settings of a second session beyond the defaults, so the snippets' values are not all defaults
     "app_pages/equivalence.py": {"H": 4, "S": 6},

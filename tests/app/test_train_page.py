@@ -10,18 +10,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from mechlib import train
-from tests.app.helpers import open_page
+from tests.app.helpers import open_page, reveal
 
 
-def reveal(at: AppTest, key: str) -> str:
-    """Predict (the first option), reveal, and read the answer shown: the bold text after "This run:"."""
-    radio = at.radio(key=f"predict {key}")
-    radio.set_value(radio.options[0]).run()
-    at.toggle(key=f"reveal {key}").set_value(True).run()
-    assert not at.exception, at.exception
-    shown = [m.value for m in at.markdown if m.value.startswith("This run: ")]
-    assert len(shown) == 1, shown
-    return re.match(r"This run: \*\*(.+?)\*\* ", shown[0])[1]
 
 
 def formed(row: dict[str, float]) -> bool:
@@ -58,7 +49,7 @@ def test_the_preset_forms_an_induction_circuit_drawn_live_and_offers_it_to_the_c
     assert c.found and f"{c.induction} an induction head ({c.induction_score:.2f}) that falls to {c.ablated_score:.2f}" in message
     assert c.ablated_score < 0.2 and at.get("page_link")  # the link to the Circuits page
     assert at.session_state["c_model_attn-only-2l"] == "the sidebar's model"  # the Circuits page opens on it
-    assert reveal(at, "bar") == bar_answer(at) == "yes"  # the preset stops at its first evaluation past the bar
+    assert reveal(at, "bar")[0] == bar_answer(at) == "yes"  # the preset stops at its first evaluation past the bar
 
 
 def test_a_preset_run_that_has_not_formed_the_circuit_says_so(monkeypatch):
@@ -71,7 +62,7 @@ def test_a_preset_run_that_has_not_formed_the_circuit_says_so(monkeypatch):
     assert re.search(r"Training stopped at step 25 after [\d.]+ s \(evaluations included\): induction score 0\.\d\d, "
                      r"previous-token score 0\.\d\d, short of the preset's bar\. The circuit check finds no induction "
                      r"circuit: ", warning)
-    assert reveal(at, "bar") == bar_answer(at) == "no"  # the same question, answered "yes" on the full preset above
+    assert reveal(at, "bar")[0] == bar_answer(at) == "no"  # the same question, answered "yes" on the full preset above
     assert any("within the 25 steps set?" in m.value for m in at.markdown)
 
 
@@ -284,7 +275,7 @@ def test_each_result_figures_snippet_trains_again_and_rebuilds_it_exactly():
 def test_the_bar_question_on_a_short_own_training_and_presentation_mode():
     at = train_page(**TINY)
     at.button[0].click().run()
-    assert reveal(at, "bar") == bar_answer(at) == "no"
+    assert reveal(at, "bar")[0] == bar_answer(at) == "no"
     assert any("within the 50 steps set?" in m.value for m in at.markdown)
     at.toggle(key="present").set_value(True).run()
     assert not at.exception, at.exception

@@ -17,10 +17,17 @@ SIDEBAR = {"seed", "model"}  # tested on their own: a new model changes every pa
 
 
 def settle(page) -> None:
-    """Until the script run that the last action started has finished."""
-    time.sleep(0.4)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
-    time.sleep(0.2)
+    """Until the script run that the last action started has finished, and no other has started for a moment."""
+    quiet = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+    for _ in range(3):
+        time.sleep(0.5)
+        page.wait_for_function(quiet, timeout=120_000)
+
+
+def open_expanders(page) -> None:
+    """Open every closed expander of the main area, so the widgets inside ("Under the hood") can be reached."""
+    for summary in main(page).locator("details:not([open]) > summary").all():
+        summary.click()
 
 
 def main(page):
@@ -60,9 +67,14 @@ def move_away_from_default(page, label: str, widget: dict) -> None:
         group = scope.locator(f'[role=radiogroup][aria-label="{label}"]')
         group.locator("label").nth(0 if widget["value"] != 0 else widget["count"] - 1).click()
     elif widget["kind"] == "select":
-        scope.locator(f'input[role=combobox][aria-label="{label}"]').click()
-        options = page.locator("[role=option]")
-        options.first.wait_for()
+        options = page.locator("[role=listbox] [role=option]")
+        for _ in range(3):  # a click that lands while the page redraws does not open the list: click again
+            scope.locator(f'input[role=combobox][aria-label="{label}"]').click()
+            try:
+                options.first.wait_for(timeout=5_000)
+                break
+            except Exception:  # noqa: BLE001 (playwright's TimeoutError)
+                page.keyboard.press("Escape")
         texts = options.all_inner_texts()
         options.nth(0 if texts[0] != widget["value"] else min(1, len(texts) - 1)).click()
     elif widget["kind"] == "toggle":
@@ -105,13 +117,13 @@ def test_a_link_restores_every_widget_and_the_headline_numbers(browser, server, 
     context, page = open_fresh(browser, f"{server}/{path}")
     done: set[str] = set()
     while True:
+        open_expanders(page)
         todo = {label: w for label, w in widgets(page).items() if label not in PERSONAL | SIDEBAR | done}
         if not todo:
             break
         label, widget = next(iter(todo.items()))
         move_away_from_default(page, label, widget)
         done.add(label)
-    wait_for_app(page, charts=0)
     assert page.locator('[data-testid="stException"]').count() == 0
     expected, numbers = bound_values(page), headline(page)
     page.get_by_text("Copy link to this view").click()
@@ -120,6 +132,7 @@ def test_a_link_restores_every_widget_and_the_headline_numbers(browser, server, 
     context.close()
 
     context, fresh = open_fresh(browser, link)
+    open_expanders(fresh)
     assert bound_values(fresh) == expected, link
     assert headline(fresh) == numbers, link
     context.close()
@@ -171,7 +184,7 @@ def test_presentation_mode_shows_one_section_in_large_type(browser, server, path
     context = browser.new_context(viewport=PROJECTOR, device_scale_factor=1.25)  # 125 % zoom
     page = context.new_page()
     page.goto(f"{server}/{path}?present=1")
-    page.get_by_role("button", name="Next").wait_for(timeout=120_000)
+    page.get_by_role("button", name="Next", exact=True).wait_for(timeout=120_000)
     settle(page)
     assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true"
     assert page.get_by_role("switch", name="Presentation mode").is_checked()
@@ -182,7 +195,7 @@ def test_presentation_mode_shows_one_section_in_large_type(browser, server, path
         assert min(sizes) >= 18, sorted(sizes)[:5]
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"present-{path}.png"))
-    page.get_by_role("button", name="Next").click()
+    page.get_by_role("button", name="Next", exact=True).click()
     settle(page)
     assert main(page).locator("h3").count() == 1 and main(page).locator("h3").first.inner_text() != first
     assert "part=" in page.url and "present=true" in page.url

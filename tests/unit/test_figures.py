@@ -104,4 +104,4 @@ def test_for_slides_raises_every_font_shows_every_label_and_leaves_the_original_
     for axis in (slides.layout.xaxis, slides.layout.yaxis):
         assert axis.tickmode == "linear" and axis.dtick == 1
     assert slides.layout.height >= 30 * figures.SLIDE_ROW_PX
-    assert slides.data[0].z.tolist() == fig.data[0].z.tolist()
+    assert np.array_equal(slides.data[0].z, fig.data[0].z)

@@ -151,6 +151,7 @@ with st.sidebar:
 mode, link = st.columns([1, 1], vertical_alignment="center")
 with mode:
     sections.presentation_toggle()
+sections.stage()
 try:
     navigation.run()
 finally:  # after the page's widgets, so the URL holds every setting the page drew (a page may stop early)

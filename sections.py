@@ -59,25 +59,38 @@ def show(parts: list[tuple[str, Callable[[], None]]]) -> None:
     """Draw the page's sections: all in order, or in presentation mode the one chosen (Previous / Next).
     Each section closes with its export menu."""
     titles = [title for title, _ in parts]
-    if presenting():
-        index = _navigation(titles)
-        parts = [parts[index]]
-    for title, draw in parts:
-        st.subheader(title)
-        with _collecting(title) as collected:
-            draw()
-        _export_menu(collected)
+    if not presenting():
+        for title, draw in parts:
+            _draw(title, draw)
+        return
+    with getattr(_run, "stage", None) or st.container():  # on top of the page, above its title and settings
+        title, draw = parts[_navigation(titles)]
+        _draw(title, draw)
+
+
+def _draw(title: str, draw: Callable[[], None]) -> None:
+    st.subheader(title)
+    with _collecting(title) as collected:
+        draw()
+    _export_menu(collected)
+
+
+def stage() -> None:
+    """The place, just below the shell's controls, where presentation mode draws the chosen section: the first
+    screen shows it, with the page's title, notes and settings below."""
+    _run.stage = st.container()
 
 
 def _navigation(titles: list[str]) -> int:
     """Previous / Next and a select box of the page's sections, bound to the URL as ``part``."""
-    if st.session_state.get(PART) not in titles:
+    if PART in st.session_state and st.session_state[PART] not in titles:  # another page's section
         st.session_state[PART] = titles[0]
+    current = st.session_state.get(PART, st.query_params.get(PART))  # a link's part, before its widget reads it
+    index = titles.index(current) if current in titles else 0
 
     def step(by: int) -> None:
         st.session_state[PART] = titles[min(max(titles.index(st.session_state[PART]) + by, 0), len(titles) - 1)]
 
-    index = titles.index(st.session_state[PART])
     back, choice, forward = st.columns([1, 4, 1], vertical_alignment="bottom")
     back.button("Previous", icon=":material/arrow_back:", on_click=step, args=(-1,), disabled=index == 0,
                 width="stretch")

@@ -91,7 +91,7 @@ def test_the_preset_forms_an_induction_head_live_and_opens_on_the_circuits_page(
     assert no_exception(page)
     sidebar = page.locator('[data-testid="stSidebar"]')
     label = sidebar.locator('input[aria-label="model"]').input_value()
-    assert re.fullmatch(r"trained [a-z2-7]{8}: watch an induction head form", label), label
+    assert re.match(r"trained [a-z2-7]{8}: watch an induction head form", label), label
     save_whole_page(page, "train", height=1500, charts=2)
     page.get_by_text("Read its circuit on the Circuits page (two layers)").click()
     page.get_by_text(f"The circuit, as found in {label}").wait_for(timeout=60_000)

@@ -112,9 +112,14 @@ def model_picker() -> None:
             st.rerun()
     if asked is not None and asked not in map(label, options):
         del st.query_params["model"]
-        st.session_state["url_notes"] = [f"The link's model “{literal(asked)}” does not exist on this server: it is "
-                                         "none of the zoo's models, and no trained model has that id (trained models "
-                                         "are kept for a while, then expire). The default model is shown instead."]
+        zoo_name = asked.removeprefix("zoo: ")
+        st.session_state["url_notes"] = [
+            f"The link's model “{literal(asked)}” is the zoo's LSTM: the sidebar's pages study transformers, and the "
+            "LSTM page uses it on its own. The default model is shown instead."
+            if zoo_name in zoo.RECIPES and not isinstance(zoo.RECIPES[zoo_name].cfg, ModelConfig) else
+            f"The link's model “{literal(asked)}” does not exist on this server: it is none of the zoo's models, and "
+            "no trained model has that id (trained models are kept for a while, then expire). The default model is "
+            "shown instead."]
         st.rerun()
     if "select_model" in st.session_state:
         st.session_state["model"] = st.session_state.pop("select_model")

@@ -2,8 +2,10 @@
 section's figures, tables and numbers exported for slides, each figure with the Python that reproduces it,
 and questions a student answers before the live result reveals the answer."""
 
+import html
+import re
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
@@ -11,6 +13,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from mechlib import export, figures, glossary
 from mechlib.config import ModelConfig
@@ -43,7 +46,7 @@ def _current() -> Collected | None:
 
 
 @contextmanager
-def _collecting(title: str):
+def _collecting(title: str) -> Iterator[Collected]:
     _run.collected = Collected(title)
     try:
         yield _run.collected
@@ -69,10 +72,21 @@ def show(parts: list[tuple[str, Callable[[], None]]]) -> None:
 
 
 def _draw(title: str, draw: Callable[[], None]) -> None:
+    """A section: its title, its questions (first, whatever the section computes before asking them), its
+    body, its export menu."""
     st.subheader(title)
-    with _collecting(title) as collected:
-        draw()
+    _run.questions = st.container()
+    try:
+        with _collecting(title) as collected:
+            draw()
+    finally:
+        _run.questions = None
     _export_menu(collected)
+
+
+def _question_box():
+    """A bordered box for a question, in the section's place for questions: before the evidence that answers it."""
+    return (getattr(_run, "questions", None) or st.container()).container(border=True)
 
 
 def stage() -> None:
@@ -101,7 +115,7 @@ def _navigation(titles: list[str]) -> int:
 
 
 @contextmanager
-def controls():
+def controls() -> Iterator[None]:
     """The page's own widgets: in presentation mode folded into "Settings", so a section fits the screen."""
     with st.expander("Settings", icon=":material/tune:") if presenting() else st.container():
         yield
@@ -109,12 +123,32 @@ def controls():
 
 def prose(markdown: str) -> None:
     """Explanatory text, with the glossary's terms as tooltips; presentation mode folds it into "Notes"."""
-    html = glossary.with_tooltips(markdown)
+    marked = with_tooltips(markdown)  # page text only: a prompt, a token or a file name never goes through here
     if presenting():
         with st.expander("Notes", icon=":material/notes:"):
-            st.markdown(html, unsafe_allow_html=True)
+            st.markdown(marked, unsafe_allow_html=True)
     else:
-        st.markdown(html, unsafe_allow_html=True)
+        st.markdown(marked, unsafe_allow_html=True)
+
+
+_FIRST = re.compile(r"(?<![\w`])(" + "|".join(re.escape(term) for term in sorted(glossary.TERMS, key=len, reverse=True))
+                    + r")(?![\w`])")
+
+
+def with_tooltips(markdown: str) -> str:
+    """``markdown`` with the first occurrence of each glossary term as an HTML <abbr> whose tooltip defines it.
+    Code spans and LaTeX ($…$) are left alone."""
+    seen: set[str] = set()
+
+    def tip(match: re.Match) -> str:
+        term = match[1]
+        if term in seen:
+            return term
+        seen.add(term)
+        return f'<abbr title="{html.escape(glossary.TERMS[term])}">{term}</abbr>'
+
+    pieces = re.split(r"(`[^`]*`|\$[^$]*\$)", markdown)  # odd pieces are code or maths
+    return "".join(piece if i % 2 else _FIRST.sub(tip, piece) for i, piece in enumerate(pieces))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -134,9 +168,13 @@ def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) 
         collected.snippets[name] = snippet(collected, code, using)
 
 
-def table(frame: pd.DataFrame, name: str, **options) -> None:
-    """``st.dataframe`` of ``frame``, collected for the section's CSV export."""
-    st.dataframe(frame, hide_index=True, **options)
+def table(frame: pd.DataFrame, name: str, static: bool = False, **options) -> None:
+    """``st.dataframe`` of ``frame`` (``st.table`` where ``static``: sentences read whole, not in cells to
+    scroll), collected for the section's CSV export."""
+    if static:
+        st.table(frame.set_index(frame.columns[0]))
+    else:
+        st.dataframe(frame, hide_index=True, **options)
     if (collected := _current()) is not None:
         collected.tables[name] = frame
 
@@ -147,7 +185,7 @@ def record(name: str, value: str) -> None:
         collected.numbers[name] = value
 
 
-def metric(column, label: str, value: str, help: str | None = None) -> None:
+def metric(column: DeltaGenerator, label: str, value: str, help: str | None = None) -> None:
     """``st.metric`` in ``column``, recorded for the bundle."""
     column.metric(label, value, help=help)
     record(label, value)
@@ -225,9 +263,11 @@ def predict(key: str, question: str, options: list[str], answer: str, why: str) 
     """Predict, then reveal: the student picks an option first; the answer shown is the one this run computed,
     so it stays true when the model or the sizes change."""
     assert answer in options, (answer, options)
-    with st.container(border=True):
+    with _question_box():
         st.markdown(f"**Predict, then reveal.** {question}")
         guess = st.radio("your prediction", options, index=None, key=f"predict {key}", horizontal=True)
+        if guess is None:  # new options (another model) drop an old guess: the answer hides until the next one
+            st.session_state[f"reveal {key}"] = False
         if st.toggle("Reveal the answer", key=f"reveal {key}", disabled=guess is None,
                      help="Pick a prediction first." if guess is None else None):
             mark = ":green[**✓ as you predicted**]" if guess == answer else ":red[**✗ not what you predicted**]"
@@ -236,7 +276,7 @@ def predict(key: str, question: str, options: list[str], answer: str, why: str) 
 
 def exercise(key: str, task: str, options: list[str], correct: Collection[str], why: str) -> None:
     """An exercise with a checked answer: ``correct`` is computed from the live model, so the check follows it."""
-    with st.container(border=True):
+    with _question_box():
         st.markdown(f"**Exercise.** {task}")
         answer = st.selectbox("your answer", options, index=None, key=f"exercise {key}", placeholder="choose…")
         if answer is not None:
@@ -265,7 +305,7 @@ def view_link() -> str:
     return f"{base}?{query}" if query else base
 
 
-def copy_link(where) -> None:
+def copy_link(where: DeltaGenerator) -> None:
     """"Copy link to this view": the address in a code box, whose copy button puts it on the clipboard."""
     with where.popover("Copy link to this view", icon=":material/link:"):
         st.code(view_link(), language=None, wrap_lines=True)

@@ -102,7 +102,7 @@ if chosen == "zero layers":
                 sorted(literal(t) for t in row["model's next token"][:4]), literal(top),
                 f"Row '{literal(label[current])}' of softmax(W_E W_U + b_U) puts **{p:.3f}** on '{literal(top)}'; in "
                 f"the corpus, '{literal(corpus_top)}' follows it most often ({q:.3f}). Another current token, or "
-                "another model, answers differently.")
+                "another model, can answer differently.")
         table(pd.DataFrame(row).round(3), f"next tokens after {label[current]}")
 
     def side_by_side() -> None:

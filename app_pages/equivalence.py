@@ -90,7 +90,8 @@ def both_readings() -> None:
             list(equivalence.DIFFERENCES), equivalence.difference_bucket(diff),
             f"The largest |difference| in {dtype} is {diff:.1e}; in {other} the same sums differ by {other_diff:.1e} "
             f"({equivalence.difference_bucket(other_diff)}). Every addition rounds to {dtype}'s precision (machine "
-            f"epsilon {np.finfo(dtype).eps:.1e}), so adding in another order changes the last bits.")
+            f"epsilon {np.finfo(dtype).eps:.1e}), " + ("so adding in another order changed the last bits here."
+                                                      if diff > 0 else "yet here both orders rounded alike."))
     for name in sorted(result.checks):
         st.markdown(check_line(f"Σ heads against concat → W_O in {name}, over all {batch} × {seq} × {d_model} "
                                "entries (batch × position × d_model)", result.checks[name]))

@@ -4,7 +4,8 @@ minutes for a 50-minute class and a two-hour lab, one link per page, and what mo
 import pandas as pd
 import streamlit as st
 
-from mechlib import analogy, copying, lessons
+import lessons
+from mechlib import analogy, copying
 from sections import prose
 
 st.title("Addition Machines")

@@ -133,13 +133,13 @@ def additive_update() -> None:
 
 
 def analogy_breaks() -> None:
-    st.table(pd.DataFrame({
+    table(pd.DataFrame({
         "LSTM": ["sequential: step t waits for step t − 1", "a forget gate f_t < 1 shrinks what the cell holds",
                  "gates multiply element-wise, within one position", "a fixed-width memory (d_hidden numbers)"],
         "transformer": ["parallel over the whole sequence", "no gate multiplies the stream, but a layer can cancel a "
                         "direction by adding its negative", "attention moves information between positions",
                         "attention can reach any earlier token directly"],
-    }))
+    }), "where the analogy breaks", static=True)
     if view.cancelling:
         st.markdown(f"Here {len(view.cancelling)} of {len(view.component_labels)} components write against "
                     f"x̂_final (the red bars of the additive update's last chart: {', '.join(view.cancelling)}), "

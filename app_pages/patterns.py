@@ -52,8 +52,9 @@ def regrouping() -> None:
     cheaper = "the same" if first_macs == second_macs else f"{first if first_macs < second_macs else second} needs fewer"
     predict("regrouping", f"For these {len(ids)} positions, which grouping needs fewer multiply-adds?",
             [f"{first} needs fewer", "the same", f"{second} needs fewer"], cheaper,
-            f"{first}: {first_macs:,}; {second}: {second_macs:,}. The count depends on n, d_head and d_model: "
-            "change the prompt's length or the model and the answer can flip.")
+            f"{first}: {first_macs:,}; {second}: {second_macs:,}. Their difference is n²(d_head − d_model) = "
+            f"{len(ids)}² × ({cfg.d_head} − {cfg.d_model}) = {first_macs - second_macs:,}: the prompt's length scales "
+            "it, but its sign is the model's, so a model with one head (d_head = d_model) answers differently.")
 
 
 def rank() -> None:

@@ -11,6 +11,7 @@ from mechlib import data, figures, induction, train, workers, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import MEMORY, BudgetError, require_budget
+from mechlib.io import CheckpointError
 from sections import figure, predict, prose, record, show
 from shell import add_session_model, literal, section, select_slider, slider
 
@@ -121,7 +122,12 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
         progress.empty()
         st.error(f"Training stopped: {error}")
         return
-    label = add_session_model("trained", label, model)
+    try:
+        label = add_session_model("trained", label, model)
+    except CheckpointError as error:  # e.g. a learning rate that sent the weights to NaN: the checkpoint is refused
+        progress.empty()
+        st.error(f"Training finished, but its model cannot be used: {error}. Try a smaller learning rate.")
+        return
     preset = task == PRESET.name
     digest, shared = zoo.from_checkpoint(model)
     circuit = section(induction.induction_circuit, ("session", digest), shared) if preset else None

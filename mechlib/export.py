@@ -32,6 +32,7 @@ SCALE = 3  # PNG pixels per layout pixel: a 700 × 500 figure becomes 2100 × 15
 DEFAULT_SIZE = (700, 500)  # plotly's size for a figure whose layout sets none
 BROWSERS = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
 TIMEOUT_S = 60  # to start the browser, and to render one figure
+WAIT_S = 20     # the longest a download waits for the browser while it draws for others
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"  # the page loads nothing from the web
 NO_BROWSER = "PNG and SVG export need Chromium (Debian: apt-get install chromium); none was found"
 T = TypeVar("T")
@@ -114,14 +115,22 @@ def _render(fig: go.Figure, format: str, scale: int) -> bytes:
         raise ExportError(NO_BROWSER)
     width, height = fig.layout.width or DEFAULT_SIZE[0], fig.layout.height or DEFAULT_SIZE[1]
     opts = {"format": format, "width": width, "height": height, "scale": scale}
-    with _lock:
+    if not _lock.acquire(timeout=WAIT_S):  # one browser draws for the whole server: a queue past this is refused
+        raise ExportError(f"the server has been drawing other students' figures for {WAIT_S} s; try again shortly")
+    try:
+        if _browser is None:
+            _browser = _start(path)
+        return _browser.render(fig.to_dict(), opts)  # to_dict: a copy, so the figure itself is never changed
+    except ExportError:
+        raise
+    except Exception as error:  # a render that timed out or failed: the next export starts a new browser
         try:
-            if _browser is None:
-                _browser = _start(path)
-            return _browser.render(fig.to_dict(), opts)  # to_dict: a copy, so the figure itself is never changed
-        except Exception:
             _close_browser()
-            raise
+        except Exception:  # noqa: BLE001 (a browser that is already gone)
+            pass
+        raise ExportError(f"Chromium failed to draw the figure ({error!r})") from error
+    finally:
+        _lock.release()
 
 
 def png(fig: go.Figure, scale: int = SCALE) -> bytes:

@@ -366,7 +366,7 @@ def copy_losses(losses: dict[str, np.ndarray], length: int, d_vocab: int, earlie
     return _layout(fig, "Loss by position on a repeated random sequence", 460)
 
 
-def _bigger_fonts(node, inside_font: bool = False):
+def _bigger_fonts(node: dict | list | object, inside_font: bool = False) -> dict | list | object:
     """A copy of a figure's dict with every font size raised to at least ``SLIDE_FONT``."""
     if isinstance(node, dict):
         out = {key: _bigger_fonts(value, inside_font or "font" in key) for key, value in node.items()}

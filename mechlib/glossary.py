@@ -1,7 +1,5 @@
-"""The jargon the pages use, in one sentence each: shown as a tooltip where a term first appears in a text."""
-
-import html
-import re
+"""The jargon the pages use, in one sentence each: the app shows each as a tooltip where the term first appears
+(``sections.with_tooltips``)."""
 
 TERMS = {
     "d_head": "The width of one head's query, key and value vectors: d_model / n_heads. W_QK and W_OV pass through "
@@ -35,11 +33,6 @@ TERMS = {
                  "occurrence and copies it ([A][B] … [A] → [B]).",
     "skip-trigram": "What one attention layer adds: a source token, a current token and the next token it raises, "
                     "with anything in between.",
-    "W_p": "Seed 002's name for W_Q W_Kᵀ, the matrix this app calls W_QK: where a head looks.",
-    "unembedding": "W_U, the d_model × d_vocab matrix that turns the final residual stream into logits.",
-    "one-hot": "A vector of zeros with a single 1 at a token's id: multiplying it by W_E picks out that token's row.",
-    "channel": "In a convolutional network, one of the feature maps a layer reads; a convolution sums its filters' "
-               "responses over all input channels, as attention's output sums over heads.",
     "bigram": "A next-token prediction from the current token alone; a zero-layer model can only learn these.",
     "cell state": "An LSTM's long-term memory c_t: a vector carried from step to step and updated by "
                   "c_t = f_t ⊙ c_{t−1} + i_t ⊙ g_t, the forget gate scaling what it held, the input gate what it adds.",
@@ -50,22 +43,3 @@ TERMS = {
     "channel": "In a convolutional network (CNN), one of the feature maps a layer reads: each output map is the sum "
                "of every input channel's filtered map.",
 }
-
-_FIRST = re.compile(r"(?<![\w`])(" + "|".join(re.escape(term) for term in sorted(TERMS, key=len, reverse=True))
-                    + r")(?![\w`])")
-
-
-def with_tooltips(markdown: str) -> str:
-    """``markdown`` with the first occurrence of each glossary term as an HTML <abbr> whose tooltip defines it.
-    Code spans and LaTeX ($…$) are left alone."""
-    seen: set[str] = set()
-
-    def tip(match: re.Match) -> str:
-        term = match[1]
-        if term in seen:
-            return term
-        seen.add(term)
-        return f'<abbr title="{html.escape(TERMS[term])}">{term}</abbr>'
-
-    pieces = re.split(r"(`[^`]*`|\$[^$]*\$)", markdown)  # odd pieces are code or maths
-    return "".join(piece if i % 2 else _FIRST.sub(tip, piece) for i, piece in enumerate(pieces))

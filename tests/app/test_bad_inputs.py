@@ -170,10 +170,10 @@ def test_a_crafted_file_name_and_tokenizer_show_as_typed():
     at.session_state["input"] = "random tokens"
     at.switch_page("app_pages/patterns.py").run()  # the refused file's error stays in the sidebar, the page works
     assert not at.exception and not at.main.error, (at.exception, [e.value for e in at.main.error])
-    heading = at.subheader[-1].value
-    assert heading.startswith("Messages into position") and "**" not in heading and "![" not in heading
-    assert any(f"('{token}')" in heading for token in [r"\*\*x\*\*", r"\$y\$", r"\<b\>z\</b\>",
-                                                       r"\!\[i\]\(http\://example.com/a.png\)"]), heading
+    (line,) = [m.value for m in at.markdown if m.value.startswith("Into position **")]  # the messages section's
+    assert "![" not in line and line.count("**") == 2                                 # only bold is the position
+    assert any(f"('{token}')" in line for token in [r"\*\*x\*\*", r"\$y\$", r"\<b\>z\</b\>",
+                                                    r"\!\[i\]\(http\://example.com/a.png\)"]), line
     import json
     ticks = [tick for chart in at.get("plotly_chart") for tick in json.loads(chart.proto.spec)["data"][0].get("x", [])
              if isinstance(tick, str)]
@@ -192,3 +192,10 @@ def test_a_crafted_training_text_name_shows_as_typed():
     at.file_uploader(key="train_upload").upload("$$![i](http://example.com/a.png).txt", b"", "text/plain").run()
     assert any(e.value.startswith(r"\$\$\!\[i\]\(http\://example.com/a.png\).txt: the file is empty") for e in at.error)
     assert at.button  # the earlier text can still be trained on
+
+
+def test_a_link_to_the_zoos_lstm_says_why_it_is_not_in_the_list():
+    at = open_link(model="lstm")
+    assert warnings(at) == ["The link's model “lstm” is the zoo's LSTM: the sidebar's pages study transformers, and the "
+                            "LSTM page uses it on its own. The default model is shown instead."]
+    assert at.sidebar.selectbox(key="model").value == "gelu-2l"

@@ -3,7 +3,7 @@
 import pytest
 
 from tests.app.helpers import open_page
-from mechlib import lessons
+import lessons
 
 
 def test_the_lesson_path_lists_every_step_with_both_plans_minutes():

@@ -138,3 +138,30 @@ def test_without_chromium_bundle_holds_json_figures_and_says_why(no_chromium):
         readme = archive.read("README.txt").decode()
     assert readme.splitlines()[0] == f"Figures are plotly JSON, not PNG/SVG: {NO_CHROMIUM}."
     assert "figures/heads.json: Heads" in readme
+
+
+class _Failing:
+    def render(self, figure: dict, opts: dict) -> bytes:
+        raise TimeoutError("no answer in 60 s")
+
+    def close(self) -> None:
+        raise RuntimeError("already gone")
+
+
+def test_a_render_that_fails_is_an_export_error_and_the_zip_falls_back(monkeypatch):
+    monkeypatch.setattr(export, "_find_browser", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr(export, "_browser", _Failing())
+    with pytest.raises(export.ExportError, match=r"^Chromium failed to draw the figure \(TimeoutError"):
+        export.png(bar())
+    assert export._browser is None  # the next export starts a new browser
+    monkeypatch.setattr(export, "_start", lambda path: _Failing())
+    names = zipfile.ZipFile(io.BytesIO(export.bundle({"bars": bar()}, {}, {}, {}))).namelist()
+    assert "figures/bars.json" in names and not any(name.endswith(".png") for name in names)
+
+
+def test_an_export_that_waits_too_long_for_the_browser_is_refused(monkeypatch):
+    monkeypatch.setattr(export, "_find_browser", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr(export, "WAIT_S", 0.2)
+    with export._lock:  # another student's figure is being drawn
+        with pytest.raises(export.ExportError, match=r"^the server has been drawing other students' figures"):
+            export.svg(bar())

@@ -1,8 +1,9 @@
-"""Glossary tooltips: the first occurrence of a term becomes an <abbr>, code and maths are left alone."""
+"""Glossary tooltips (mechlib.glossary's terms, drawn by sections.with_tooltips): the first occurrence of a term becomes an <abbr>, code and maths are left alone."""
 
 import html
 
-from mechlib.glossary import TERMS, with_tooltips
+from mechlib.glossary import TERMS
+from sections import with_tooltips
 
 
 def test_the_first_occurrence_gets_the_definition_and_later_ones_stay_plain():
@@ -19,3 +20,15 @@ def test_code_spans_maths_and_longer_words_are_left_alone():
 def test_every_definition_is_one_or_two_sentences_without_html():
     for term, text in TERMS.items():
         assert "<" not in text and text.endswith((".", ")")) and text.count(". ") <= 2, term
+
+
+def test_no_term_is_defined_twice():
+    """A dict literal keeps the last of two equal keys silently: read the source, not the dict."""
+    import ast
+    import inspect
+
+    from mechlib import glossary
+
+    literal = next(node for node in ast.walk(ast.parse(inspect.getsource(glossary))) if isinstance(node, ast.Dict))
+    keys = [key.value for key in literal.keys]
+    assert len(keys) == len(set(keys)) == len(TERMS)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from mechlib import lessons
+import lessons
 
 ROOT = Path(__file__).resolve().parents[2]
 

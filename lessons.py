@@ -1,6 +1,6 @@
-"""The lesson path: which reading each step follows, which page it opens, and its minutes in a 50-minute class
-and in a two-hour lab. Plain data for the start page; tests check that the minutes add up and that every
-page named exists."""
+"""The lesson path: which reading each step follows, which page and section it opens, and its minutes in a
+50-minute class and in a two-hour lab. Plain data for the start page, beside the app rather than in mechlib
+(it names the app's pages); tests check that the minutes add up and that every page named exists."""
 
 from dataclasses import dataclass
 

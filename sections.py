@@ -156,15 +156,15 @@ def with_tooltips(markdown: str) -> str:
 
 
 def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) -> None:
-    """Show ``fig`` (restyled for the back of a room in presentation mode) and collect it with its "reproduce in
-    Python" snippet: ``code`` builds ``fig`` from ``result``, the section's latest mechlib experiment (or the
+    """Show ``fig`` (restyled for the back of a room in presentation mode) and collect it, as shown, with its
+    "reproduce in Python" snippet: ``code`` builds ``fig`` from ``result``, the section's latest mechlib experiment (or the
     latest call of ``using``), run on the page's model; a section that ran none gives code that stands alone."""
     collected = _current()
     shown = figures.for_slides(fig) if presenting() else fig
     st.plotly_chart(shown, config={"toImageButtonOptions": {"format": "png", "scale": export.SCALE,
                                                             "filename": export.file_name(name)}})
     if collected is not None:
-        collected.figures[name] = fig
+        collected.figures[name] = shown  # exports match the screen: slide-sized type in presentation mode
         collected.snippets[name] = snippet(collected, code, using)
 
 

@@ -6,6 +6,7 @@ import math
 import re
 import sys
 import threading
+import uuid
 
 import streamlit as st
 
@@ -128,6 +129,11 @@ def clean_url_ints(bounds: dict[str, tuple[int, int]]) -> None:
 SESSION_MODELS = 8  # trained or uploaded models a session lists; the oldest goes first
 
 
+def session_id() -> str:
+    """This session, to the server's shared things: its place in the training queue, its share of the store."""
+    return st.session_state.setdefault("session_id", uuid.uuid4().hex)
+
+
 def add_session_model(kind: str, name: str, data: bytes) -> str:
     """Keep a trained or uploaded checkpoint in the server's store under a short id (validated there; raises
     ``CheckpointError``), so a link to it works in any session until it expires, and list it in this session;
@@ -135,7 +141,7 @@ def add_session_model(kind: str, name: str, data: bytes) -> str:
     keeps the bytes as well, so its own models survive the store and the model cache evicting them.
     Returns the model's label, "trained k3q7m2xa: <name>": links need only its kind and id, and a session that
     opens one without a name (``name=""``) lists the model under the label it was first stored with."""
-    stored = STORE.put(kind, name, data)
+    stored = STORE.put(kind, name, data, session_id())
     label = f"{kind} {short_id(data)}: {name}" if name else stored.label
     models = st.session_state.setdefault("session_models", {})
     models.pop(label, None)

@@ -3,7 +3,6 @@ the result joins this session's models."""
 
 import hashlib
 import time
-import uuid
 
 import streamlit as st
 
@@ -13,7 +12,7 @@ from mechlib.config import ModelConfig, divisors
 from mechlib.device import MEMORY, BudgetError, require_budget
 from mechlib.io import CheckpointError
 from sections import figure, predict, prose, record, show
-from shell import add_session_model, literal, section, select_slider, slider
+from shell import add_session_model, literal, section, select_slider, session_id, slider
 
 PRESET = train.INDUCTION_PRESET
 workers.warm()  # start the training processes while the student reads the page
@@ -107,7 +106,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
             heads_box.plotly_chart(heads, key=f"heads_{p.step}")
         curves_box.plotly_chart(curves, key=f"curves_{p.step}")
 
-    owner = st.session_state.setdefault("train_owner", uuid.uuid4().hex)  # this session, to the server-wide queue
+    owner = session_id()
     try:
         with train.QUEUE.slot(owner, steps, waiting) as held, MEMORY.hold(memory_mb, "this training"):
             clock["start"] = time.monotonic()

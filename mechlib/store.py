@@ -1,8 +1,8 @@
 """Checkpoints shared by a short id: a model trained or uploaded in one session, reachable from a link in another.
 
 A teacher trains a model and shares the link; thirty students open it, and a reload does not lose it. The
-store is process-wide and bounded three ways: a number of checkpoints, a number of bytes, and a lifetime
-after the last use. Every checkpoint is validated as an upload is (``zoo.from_checkpoint``) when it comes
+store is process-wide and bounded four ways: a number of checkpoints, a number per session that made them, a
+number of bytes, and a lifetime after the last use. Every checkpoint is validated as an upload is (``zoo.from_checkpoint``) when it comes
 in, so a link can only ever name a model that loads.
 """
 
@@ -19,6 +19,7 @@ from mechlib.io import MAX_BYTES, CheckpointError
 
 ID_CHARS = 8            # base32 letters of the content's sha256: 40 bits, so ids of different models do not collide
 MAX_COUNT = 64
+PER_OWNER = 8           # one session's share: a student uploading checkpoint after checkpoint pushes out only their own
 MAX_MB = 512.0
 TTL_S = 12 * 3600.0     # a class and its homework: twelve hours after the last time a session opened it
 
@@ -45,13 +46,16 @@ class CheckpointStore:
     """Validated checkpoints by short id, least recently used first out; thread-safe."""
 
     def __init__(self, max_count: int = MAX_COUNT, max_mb: float = MAX_MB, ttl_s: float = TTL_S,
-                 clock: Callable[[], float] = time.monotonic):
+                 per_owner: int = PER_OWNER, clock: Callable[[], float] = time.monotonic):
         self.max_count, self.max_bytes, self.ttl_s, self.clock = max_count, max_mb * 2**20, ttl_s, clock
+        self.per_owner = per_owner
         self._items: OrderedDict[str, tuple[Stored, float]] = OrderedDict()  # id -> (checkpoint, last use)
+        self._owners: dict[str, str] = {}                                    # id -> the session that stored it
         self._lock = threading.Lock()
 
-    def put(self, kind: str, name: str, data: bytes) -> Stored:
-        """Validate ``data`` (raises ``CheckpointError``) and keep it; returns its entry, whose label names its id."""
+    def put(self, kind: str, name: str, data: bytes, owner: str) -> Stored:
+        """Validate ``data`` (raises ``CheckpointError``) and keep it for ``owner`` (a session); returns its entry,
+        whose label names its id. Past ``per_owner``, the owner's least recently used checkpoint goes."""
         if len(data) > min(MAX_BYTES, self.max_bytes):
             raise CheckpointError(f"the checkpoint is {len(data) / 2**20:,.1f} MB; links keep checkpoints up to "
                                   f"{min(MAX_BYTES, self.max_bytes) / 2**20:,.0f} MB")
@@ -60,6 +64,10 @@ class CheckpointStore:
         with self._lock:
             stored = self._items.pop(key, (Stored(f"{kind} {key}: {name}", data), 0.0))[0]
             self._items[key] = (stored, self.clock())
+            self._owners.setdefault(key, owner)
+            mine = [k for k in self._items if self._owners[k] == self._owners[key]]  # least recently used first
+            for old in mine[: max(0, len(mine) - self.per_owner)]:
+                del self._items[old]
             self._evict()
         return stored
 
@@ -87,6 +95,8 @@ class CheckpointStore:
             del self._items[key]
         while len(self._items) > self.max_count or sum(len(s.data) for s, _ in self._items.values()) > self.max_bytes:
             self._items.popitem(last=False)
+        for key in [key for key in self._owners if key not in self._items]:
+            del self._owners[key]
 
 
 STORE = CheckpointStore()  # the server's: every session reads and writes this one

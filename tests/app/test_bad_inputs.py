@@ -81,7 +81,7 @@ def test_a_link_to_a_model_that_does_not_exist_says_so_and_shows_the_default(ask
 
 def test_a_link_to_a_model_another_session_trained_lists_and_opens_it_here():
     data = io.to_bytes(Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=9)))
-    label = STORE.put("trained", "1L×2H d16, for the class", data).label
+    label = STORE.put("trained", "1L×2H d16, for the class", data, "a teacher").label
     for asked in (label, label.split(":")[0]):  # the whole label, or only "trained <id>"
         at = open_link(model=asked)
         assert not at.exception and warnings(at) == []

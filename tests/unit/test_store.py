@@ -23,18 +23,18 @@ class Clock:
 
 def test_the_id_is_the_contents_and_the_label_names_it():
     store, data = CheckpointStore(), checkpoint(0)
-    stored = store.put("trained", "2L×4H", data)
+    stored = store.put("trained", "2L×4H", data, "teacher")
     key = short_id(data)
     assert len(key) == ID_CHARS and key.isalnum() and key == key.lower()
     assert stored.label == f"trained {key}: 2L×4H" and store.get(key).data == data
-    assert store.put("uploaded", "again.safetensors", data).label == stored.label  # the same bytes, the same entry
+    assert store.put("uploaded", "again.safetensors", data, "teacher").label == stored.label  # the same bytes, the same entry
     assert short_id(checkpoint(1)) != key and len(store) == 1
 
 
 def test_a_bad_checkpoint_is_refused_and_nothing_is_kept():
     store = CheckpointStore()
     with pytest.raises(CheckpointError):
-        store.put("uploaded", "junk", b"not a safetensors file")
+        store.put("uploaded", "junk", b"not a safetensors file", "teacher")
     assert len(store) == 0
 
 
@@ -48,8 +48,8 @@ def test_entries_expire_after_their_last_use_and_use_renews_them():
     clock = Clock()
     store = CheckpointStore(ttl_s=100, clock=clock)
     a, b = short_id(checkpoint(0)), short_id(checkpoint(1))
-    store.put("trained", "a", checkpoint(0))
-    store.put("trained", "b", checkpoint(1))
+    store.put("trained", "a", checkpoint(0), "teacher")
+    store.put("trained", "b", checkpoint(1), "teacher")
     clock.now = 90
     store.get(a)           # used at 90: lives to 190
     clock.now = 150        # b, last used at 0, has expired
@@ -61,14 +61,27 @@ def test_entries_expire_after_their_last_use_and_use_renews_them():
 def test_the_count_and_the_bytes_are_bounded_least_recently_used_first_out():
     data = [checkpoint(seed) for seed in range(4)]
     store = CheckpointStore(max_count=2)
-    store.put("trained", "0", data[0])
-    store.put("trained", "1", data[1])
+    store.put("trained", "0", data[0], "teacher")
+    store.put("trained", "1", data[1], "teacher")
     store.get(short_id(data[0]))   # 1 is now the least recently used
-    store.put("trained", "2", data[2])
+    store.put("trained", "2", data[2], "teacher")
     assert len(store) == 2 and store.get(short_id(data[0])) and store.get(short_id(data[2]))
     with pytest.raises(StoreError):
         store.get(short_id(data[1]))
     small = CheckpointStore(max_mb=1.5 * len(data[0]) / 2**20)  # room for one
-    small.put("trained", "0", data[0])
-    small.put("trained", "1", data[1])
+    small.put("trained", "0", data[0], "teacher")
+    small.put("trained", "1", data[1], "teacher")
     assert len(small) == 1 and small.get(short_id(data[1]))
+
+
+def test_one_session_filling_the_store_pushes_out_only_its_own_checkpoints():
+    data = [checkpoint(seed) for seed in range(5)]
+    store = CheckpointStore(max_count=4, per_owner=2)
+    shared = store.put("trained", "the class's model", data[0], "teacher").label
+    for seed in range(1, 5):  # a student uploads four checkpoints, one after another
+        store.put("uploaded", str(seed), data[seed], "student")
+    assert store.get(short_id(data[0])).label == shared
+    assert len(store) == 3  # the teacher's, and the student's last two
+    for seed in (1, 2):
+        with pytest.raises(StoreError):
+            store.get(short_id(data[seed]))

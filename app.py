@@ -1,6 +1,7 @@
 """Addition Machines: the app shell. Navigation, and the sidebar every page shares."""
 
 import re
+from collections.abc import Callable
 
 import streamlit as st
 
@@ -14,9 +15,8 @@ from mechlib.store import ID_CHARS, STORE, StoreError
 from shell import (add_session_model, clean_url_ints, freeze_libraries, literal, select_slider, session_model, slider,
                    warm_up)
 
-PRESENTING = str(st.query_params.get(sections.PRESENT, "")).lower() in ("1", "true")  # before the toggle is drawn
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide",
-                   initial_sidebar_state="collapsed" if PRESENTING else "auto")
+                   initial_sidebar_state="collapsed" if sections.linked_present() else "auto")
 
 DEFAULT_MODEL = "gelu-2l"  # MLPs and LayerNorm: every kind of term shows on the residual-stream page
 PAGES = [
@@ -88,6 +88,31 @@ def describe_choice() -> str:
             f"≈ {cfg.estimate_mb(batch=1):,.1f} MB with one sequence's activations")
 
 
+def read_linked_model(asked: str, options: list[str], label: Callable[[str], str]) -> None:
+    """A link's model that is not one of this session's labels, and the rerun with it corrected: a zoo model
+    named bare (?model=attn-only-2l), a trained or uploaded model another session keeps in the server's store
+    (listed here too), or a note saying why there is none (unknown, expired, the zoo's LSTM)."""
+    if asked in options:
+        st.query_params["model"] = label(asked)
+    elif linked := LINKED.match(asked):
+        try:
+            st.query_params["model"] = add_session_model(linked["kind"], "", STORE.get(linked["id"]).data)
+        except StoreError as error:
+            st.session_state["url_notes"] = [f"The link's model: {error}. The default model is shown instead."]
+            del st.query_params["model"]
+    else:
+        del st.query_params["model"]
+        zoo_name = asked.removeprefix("zoo: ")
+        st.session_state["url_notes"] = [
+            f"The link's model “{literal(asked)}” is the zoo's LSTM: the sidebar's pages study transformers, and the "
+            "LSTM page uses it on its own. The default model is shown instead."
+            if zoo_name in zoo.RECIPES and not isinstance(zoo.RECIPES[zoo_name].cfg, ModelConfig) else
+            f"The link's model “{literal(asked)}” does not exist on this server: it is none of the zoo's models, and "
+            "no trained model has that id (trained models are kept for a while, then expire). The default model is "
+            "shown instead."]
+    st.rerun()
+
+
 def model_picker() -> None:
     """Zoo models, a random model from sizes, and this session's trained or uploaded models."""
     shipped = [name for name in zoo.names() if zoo.path(name).exists() and isinstance(zoo.RECIPES[name].cfg, ModelConfig)]
@@ -99,28 +124,9 @@ def model_picker() -> None:
         return f"zoo: {option}" if option in shipped else ("random, from sizes" if option == "random" else option)
 
     asked = st.query_params.get("model")
-    if asked in options and asked not in map(label, options):  # a zoo model named bare: ?model=attn-only-2l
-        st.query_params["model"] = label(asked)
-        st.rerun()
-    if asked is not None and asked not in map(label, options) and (linked := LINKED.match(asked)):
-        try:  # a trained or uploaded model another session keeps in the server's store: list it here too
-            st.query_params["model"] = add_session_model(linked["kind"], "", STORE.get(linked["id"]).data)
-            st.rerun()
-        except StoreError as error:
-            st.session_state["url_notes"] = [f"The link's model: {error}. The default model is shown instead."]
-            del st.query_params["model"]
-            st.rerun()
     if asked is not None and asked not in map(label, options):
-        del st.query_params["model"]
-        zoo_name = asked.removeprefix("zoo: ")
-        st.session_state["url_notes"] = [
-            f"The link's model “{literal(asked)}” is the zoo's LSTM: the sidebar's pages study transformers, and the "
-            "LSTM page uses it on its own. The default model is shown instead."
-            if zoo_name in zoo.RECIPES and not isinstance(zoo.RECIPES[zoo_name].cfg, ModelConfig) else
-            f"The link's model “{literal(asked)}” does not exist on this server: it is none of the zoo's models, and "
-            "no trained model has that id (trained models are kept for a while, then expire). The default model is "
-            "shown instead."]
-        st.rerun()
+        read_linked_model(asked, options, label)
+
     if "select_model" in st.session_state:
         st.session_state["model"] = st.session_state.pop("select_model")
     if st.session_state.get("model") not in options:

@@ -16,7 +16,6 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from mechlib import export, figures, glossary
-from mechlib.config import ModelConfig
 
 PRESENT = "present"  # the URL's ?present=true (or =1) and the toggle's key
 PART = "part"        # the URL key of the section shown in presentation mode
@@ -208,7 +207,8 @@ def _export_menu(collected: Collected) -> None:
         if reason:
             st.caption(f"{reason}. The chart's own camera button still saves a PNG at {export.SCALE}× scale.")
         for name, frame in collected.tables.items():
-            st.download_button(f"{name} (CSV)", export.csv(frame), export.file_name(name) + ".csv", "text/csv",
+            st.download_button(f"{name} (CSV)", lambda frame=frame: export.csv(frame), export.file_name(name) + ".csv",
+                               "text/csv",
                                key=f"csv {collected.title} {name}", on_click="ignore")
         st.download_button("Everything in this section (zip)", lambda: export.bundle(
             collected.figures, collected.tables, collected.numbers, collected.snippets),
@@ -287,6 +287,12 @@ def exercise(key: str, task: str, options: list[str], correct: Collection[str], 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The shell's controls: presentation mode and the link to this view
+
+
+def linked_present() -> bool:
+    """Whether the page's link asks for presentation mode (``?present=true``, or the short ``?present=1``), read
+    before the toggle is drawn: the app collapses the sidebar from it."""
+    return st.query_params.get(PRESENT, "").lower() in ("1", "true")
 
 
 def presentation_toggle() -> None:

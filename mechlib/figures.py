@@ -366,34 +366,20 @@ def copy_losses(losses: dict[str, np.ndarray], length: int, d_vocab: int, earlie
     return _layout(fig, "Loss by position on a repeated random sequence", 460)
 
 
-def _bigger_fonts(node: dict | list | object, inside_font: bool = False) -> dict | list | object:
-    """A copy of a figure's dict with every font size raised to at least ``SLIDE_FONT``."""
-    if isinstance(node, dict):
-        out = {key: _bigger_fonts(value, inside_font or "font" in key) for key, value in node.items()}
-        if inside_font or any("font" in key for key in node):
-            for key, value in out.items():
-                if "font" in key:
-                    out[key] = {**(value or {}), "size": max(SLIDE_FONT, (value or {}).get("size") or 0)}
-        return out
-    if isinstance(node, list):
-        return [_bigger_fonts(value, inside_font) for value in node]
-    return node
-
-
 def for_slides(fig: go.Figure) -> go.Figure:
     """A copy of ``fig`` for presentation mode: every font at least ``SLIDE_FONT`` px, every category label on
     its axis shown (plotly thins crowded ticks), and heatmaps tall enough for one label per row."""
-    layout = _bigger_fonts(fig.to_dict()["layout"])
-    layout["font"] = {**layout.get("font", {}), "size": max(SLIDE_FONT, layout.get("font", {}).get("size", 0))}
-    slides = go.Figure(data=fig.data, layout=layout)  # the traces are copied, the figure passed in is not touched
+    slides = go.Figure(fig)  # a copy: the figure passed in is not touched
     for trace in slides.data:  # text drawn on the marks (bar values, cell values) has its own font, 12 px unless set
         if getattr(trace, "text", None) is not None or getattr(trace, "texttemplate", None) is not None:
             trace.update(textfont_size=max(SLIDE_FONT, trace.textfont.size or 0))
     # Streamlit's plotly theme sizes ticks (12 px) and titles (14-16 px) in its template, which wins over
-    # layout.font: every text the figure draws gets its size here instead.
+    # layout.font: every text the figure draws gets its size here, each kind by name.
     for axes in (slides.for_each_xaxis, slides.for_each_yaxis):
         axes(lambda axis: axis.update(tickfont_size=max(SLIDE_FONT, axis.tickfont.size or 0), title_font_size=SLIDE_FONT))
-    slides.update_layout(title_font_size=SLIDE_FONT + 2, legend_font_size=SLIDE_FONT, legend_title_font_size=SLIDE_FONT)
+    slides.for_each_annotation(lambda note: note.update(font_size=max(SLIDE_FONT, note.font.size or 0)))
+    slides.update_layout(font_size=max(SLIDE_FONT, slides.layout.font.size or 0), title_font_size=SLIDE_FONT + 2,
+                         legend_font_size=SLIDE_FONT, legend_title_font_size=SLIDE_FONT)
     slides.update_traces(colorbar_tickfont_size=SLIDE_FONT, colorbar_title_font_size=SLIDE_FONT,
                          selector=lambda trace: "colorbar" in trace)
     slides.update_coloraxes(colorbar_tickfont_size=SLIDE_FONT, colorbar_title_font_size=SLIDE_FONT)
@@ -403,7 +389,7 @@ def for_slides(fig: go.Figure) -> go.Figure:
             values = getattr(trace, axis, None)
             if values is not None and len(values) and isinstance(values[0], str):
                 name = f"{axis}axis{(getattr(trace, axis + 'axis', None) or axis)[1:]}"
-                slides.layout[name].update(tickmode="linear", dtick=1, tickfont={"size": SLIDE_FONT})
+                slides.layout[name].update(tickmode="linear", dtick=1)
                 if axis == "y":
                     rows = max(rows, len(values))
     margin = slides.layout.margin

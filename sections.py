@@ -120,6 +120,14 @@ def controls() -> Iterator[None]:
         yield
 
 
+def beside(spec: int | list[int]) -> list[DeltaGenerator]:
+    """``st.columns(spec)`` for figures and tables that sit side by side; in presentation mode they stack, each
+    the screen's full width, so that every token label of a chart has room at slide-sized type."""
+    if presenting():
+        return [st.container() for _ in range(spec if isinstance(spec, int) else len(spec))]
+    return st.columns(spec)
+
+
 def prose(markdown: str) -> None:
     """Explanatory text, with the glossary's terms as tooltips; presentation mode folds it into "Notes"."""
     marked = with_tooltips(markdown)  # page text only: a prompt, a token or a file name never goes through here

@@ -9,7 +9,7 @@ import streamlit as st
 
 from mechlib import checks, circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
-from sections import exercise, figure, metric, predict, prose, record, show, table
+from sections import beside, exercise, figure, metric, predict, prose, record, show, table
 from shell import check_line, current_model, literal, section, select_slider, selectbox, slider, verdict
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
@@ -109,7 +109,7 @@ if chosen == "zero layers":
         z = section(circuits.zero_layer, key, model)
         names = z.labels[: circuits.TABLE_TOKENS]
         prose(f"The {circuits.TABLE_TOKENS} most frequent tokens: each row is a current token, each column a next one.")
-        for col, (matrix, field, whose) in zip(st.columns(2), [(z.model_table, "model_table", "The model"),
+        for col, (matrix, field, whose) in zip(beside(2), [(z.model_table, "model_table", "The model"),
                                                                (z.corpus_table, "corpus_table", "The corpus")]):
             title = f"{whose}: P(next | current)"
             with col:
@@ -145,7 +145,7 @@ elif chosen == "one layer":
               "W_QK = W_Q W_Kᵀ (the reading's W_p, the pattern weight matrix), scores how much a destination token "
               "attends to a source token. OV: W_E W_OV W_U says which output logits a source token raises when "
               "attended to.")
-        left, right = st.columns(2)
+        left, right = beside(2)
         for col, (field, title, x, y, value) in zip((left, right), [
                 ("qk", f"QK circuit of {head_name}: W_E W_QK W_Eᵀ (W_QK = W_p)", "source token", "destination token",
                  "score"),
@@ -176,7 +176,7 @@ elif chosen == "one layer":
                 f"{int((values.real > 0).sum())} of its {len(values)} OV eigenvalues have a positive real part; its "
                 f"copying score is **{o.copying[head]:.3f}** against **{o.copying_bar:.3f}** for random heads of these "
                 f"sizes ({len(o.copying)} heads tested at once).")
-        left, right = st.columns([3, 2])
+        left, right = beside([3, 2])
         with left:
             figure(figures.eigenvalues_plot(o.eigenvalues), "OV eigenvalues",
                    "fig = figures.eigenvalues_plot(result.eigenvalues)")
@@ -218,7 +218,7 @@ elif chosen == "two layers":
         prose("A later head composes with an earlier one when it reads what the earlier one wrote: through its queries "
               "(Q-composition), its keys (K-composition) or its values (V-composition). The score is ‖W_A W_B‖_F / "
               "(‖W_A‖_F ‖W_B‖_F), with W_A the earlier head's W_OV and W_B the later head's W_QKᵀ, W_QK (the reading's W_p) or W_OV.")
-        for col, mode in zip(st.columns(3), "QKV"):
+        for col, mode in zip(beside(3), "QKV"):
             with col:
                 figure(figures.composition_heatmap(comp.scores[mode], comp.writers, comp.readers, comp.random, mode),
                        f"{mode}-composition",

@@ -9,7 +9,7 @@ import streamlit as st
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
 from mechlib.device import MEMORY, BudgetError, budget_mb
-from sections import controls, exercise, figure, metric, predict, prose, record, show, table
+from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, table
 from shell import check_line, select_slider, slider
 
 
@@ -95,7 +95,7 @@ def both_readings() -> None:
     for name in sorted(result.checks):
         st.markdown(check_line(f"Σ heads against concat → W_O in {name}, over all {batch} × {seq} × {d_model} "
                                "entries (batch × position × d_model)", result.checks[name]))
-    left, right = st.columns(2)
+    left, right = beside(2)
     metric(left, f"concat → W_O, {dtype}", f"{result.time_ms['concat_then_project']:.3f} ms",
            help="Median of 5 runs of concat_then_project(z, W_O).")
     metric(right, f"per head → Σ, {dtype}", f"{result.time_ms['per_head_then_sum']:.3f} ms",
@@ -153,7 +153,7 @@ def per_position() -> None:
                 f"at right angles they would add to √(Σ_h ‖result_h‖²) = {np.sqrt((norms**2).sum()):.3f}, all "
                 f"pointing one way to Σ_h ‖result_h‖ = {norms.sum():.3f}. Vectors add with their directions, so the "
                 "sum's length tells how the heads' directions relate.")
-    left, right = st.columns(2)
+    left, right = beside(2)
     with left:
         figure(figures.head_norms_bar(norms, total_norm, position), "each head's length",
                f"{RUN}\nfig = figures.head_norms_bar(result.head_norms, float(np.linalg.norm(result.head_results.sum(0))), "

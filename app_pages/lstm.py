@@ -8,7 +8,7 @@ import streamlit as st
 
 from mechlib import analogy, checks, copying, figures
 from mechlib.checks import LOSS_TIE, UNK_SHARE_MAX
-from sections import controls, figure, predict, prose, record, show, table
+from sections import beside, controls, figure, predict, prose, record, show, table
 from shell import check_line, literal, slider
 
 pair = st.cache_data(max_entries=1)(analogy.pair)
@@ -65,7 +65,7 @@ VIEW = f"from mechlib import analogy\n\nresult = analogy.side_by_side({ids_code}
 
 
 def cell_and_stream() -> None:
-    left, right = st.columns(2)
+    left, right = beside(2)
     with left:
         figure(figures.time_heatmap(view.cell, view.labels, "LSTM cell state c_t over time", "c"), "cell state",
                VIEW + 'fig = figures.time_heatmap(result.cell, result.labels, "LSTM cell state c_t over time", "c")')
@@ -75,7 +75,7 @@ def cell_and_stream() -> None:
 
 
 def gates_and_patterns() -> None:
-    left, right = st.columns(2)
+    left, right = beside(2)
     with left:
         figure(figures.time_heatmap(view.input_gate, view.labels, "LSTM input gate i_t over time", "i", scale="gate"),
                "input gate", VIEW + 'fig = figures.time_heatmap(result.input_gate, result.labels, '
@@ -87,7 +87,7 @@ def gates_and_patterns() -> None:
 
 
 def gates_and_messages() -> None:
-    left, right = st.columns(2)
+    left, right = beside(2)
     with left:
         figure(figures.time_heatmap(view.output_gate, view.labels, "LSTM output gate o_t over time", "o", scale="gate"),
                "output gate", VIEW + 'fig = figures.time_heatmap(result.output_gate, result.labels, '
@@ -100,7 +100,7 @@ def gates_and_messages() -> None:
 
 
 def additive_update() -> None:
-    left, right = st.columns(2)
+    left, right = beside(2)
     with left:
         figure(figures.histogram(view.forget, "Forget-gate values over every step and cell", "f"), "forget gates",
                VIEW + 'fig = figures.histogram(result.forget, "Forget-gate values over every step and cell", "f")')

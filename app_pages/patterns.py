@@ -8,7 +8,7 @@ import streamlit as st
 
 from mechlib import data, figures, patterns
 from mechlib.checks import RANK_ZERO
-from sections import controls, figure, metric, predict, prose, record, show, table
+from sections import beside, controls, figure, metric, predict, prose, record, show, table
 from shell import check_line, current_model, input_tokens, literal, section, slider
 
 
@@ -59,7 +59,7 @@ def regrouping() -> None:
 
 def rank() -> None:
     ranks = section(patterns.ranks, key, model, layer, head)
-    left, right = st.columns([3, 2])
+    left, right = beside([3, 2])
     with left:
         figure(figures.singular_values(ranks.spectra, cfg.d_head), "singular values",
                f"fig = figures.singular_values(result.spectra, {cfg.d_head})")
@@ -98,7 +98,7 @@ def pattern_matching() -> None:
     scores = section(patterns.scores, key, model, ids, layer, head)
     st.markdown(check_line("Scores recomputed as x_i W_QK x_jᵀ / √d_head (with the query and key biases) against "
                            "the model's cached scores", scores.check))
-    left, right = st.columns(2)
+    left, right = beside(2)
     with left:
         figure(figures.pattern_heatmap(scores.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", scores=True),
                "scores", 'fig = figures.pattern_heatmap(result.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", '
@@ -128,7 +128,7 @@ def message_passing() -> None:
                           "attention weight": np.round(msgs.weights, 4), "‖message‖": np.round(msgs.norms, 3),
                           "tokens it pushes most (via W_U)": [", ".join(data.token_labels(model.tokenizer, t))
                                                               for t in msgs.top_tokens]})
-    left, right = st.columns(2)
+    left, right = beside(2)
     with left:
         figure(figures.source_bars(msgs.weights, labels[: dest + 1], f"Attention from position {dest}", "attention weight"),
                "attention from the destination", f'fig = figures.source_bars(result.weights, labels[: {dest + 1}], '

@@ -8,7 +8,7 @@ import streamlit as st
 
 from mechlib import data, figures, residual
 from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX
-from sections import controls, exercise, figure, predict, prose, record, show, table
+from sections import beside, controls, exercise, figure, predict, prose, record, show, table
 from shell import check_line, current_model, input_tokens, literal, section, selectbox, slider
 
 
@@ -54,7 +54,7 @@ def the_ledger() -> None:
     st.markdown("\n\n".join(lines))
     if cfg.positional == "shortformer":
         prose("Shortformer positions enter the queries and keys only, never the stream: no pos_embed term.")
-    left, right = st.columns(2)
+    left, right = beside(2)
     with left:
         figure(figures.component_bars(book.projections, book.labels, LEDGER_TITLE, "length along x̂_final",
                                       total=book.final_norm), "ledger",
@@ -78,7 +78,7 @@ def the_ledger() -> None:
 
 def through_depth() -> None:
     stream = section(residual.depth, key, model, ids)
-    left, right = st.columns([3, 2])
+    left, right = beside([3, 2])
     with left:
         figure(figures.depth_heatmap(stream.norms, labels), "stream through depth",
                "fig = figures.depth_heatmap(result.norms, labels)")
@@ -121,7 +121,7 @@ def logit_lens() -> None:
 
 
 def attribution() -> None:
-    left, right = st.columns(2)
+    left, right = beside(2)
     candidates = section(residual.lens, key, model, ids, position).candidates
     with left:
         token = selectbox("token", candidates, "dla_token", lambda t: names(model, [t])[0])

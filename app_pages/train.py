@@ -11,7 +11,7 @@ from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import MEMORY, BudgetError, require_budget
 from mechlib.io import CheckpointError
-from sections import figure, predict, prose, record, show
+from sections import beside, figure, predict, prose, record, show
 from shell import add_session_model, literal, section, select_slider, session_id, slider
 
 PRESET = train.INDUCTION_PRESET
@@ -233,7 +233,7 @@ def trained_last() -> None:
                  f"Its best induction score was {best['induction']:.2f} (step {best['step']:,}), its best "
                  f"previous-token score {max(row['prev_token'] for row in history):.2f}.")
                 + " Other sizes, data, steps or seeds can answer differently.")
-    left, right = st.columns(2) if report.patterns is not None else (None, st.container())
+    left, right = beside(2) if report.patterns is not None else (None, st.container())
     if left:
         with left:
             figure(figures.heads_forming(report.patterns, report.step, last["length"]), "heads at the last step",

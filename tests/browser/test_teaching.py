@@ -193,6 +193,10 @@ def test_presentation_mode_shows_one_section_in_large_type(browser, server, path
     sizes = figure_font_sizes(page)
     if sizes:
         assert min(sizes) >= 18, sorted(sizes)[:5]
+    widths = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+        .map(c => c.getBoundingClientRect().width / document.querySelector('[data-testid="stMain"] h3').offsetParent
+        .getBoundingClientRect().width)""")
+    assert all(width > 0.9 for width in widths), widths  # side-by-side charts stack: every label has room
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"present-{path}.png"))
     page.get_by_role("button", name="Next", exact=True).click()

@@ -15,12 +15,13 @@ from torch import Tensor
 from mechlib import bigrams, residual
 from mechlib.bigrams import Ceiling
 from mechlib.checks import BIGRAM_GAP_MAX, BIGRAM_KL_SHARE, Check, above_random_bar, compare, model_tolerance
-from mechlib.data import bigram_distribution, builtin_text, token_labels
+from mechlib.data import bigram_distribution, builtin_text, token_labels, word_ids
 from mechlib.device import require_budget, to_numpy
 from mechlib.factored import FactoredMatrix
 from mechlib.model import Cache, Transformer
 
-__all__ = ["corpus_bigrams", "frequent_tokens", "ZeroLayer", "zero_layer", "OneLayer", "one_layer",
+__all__ = ["corpus_bigrams", "frequent_tokens", "ZeroLayer", "zero_layer", "bigram_example", "OneLayer", "one_layer",
+           "copy_ranks", "TokenTables", "token_tables",
            "qk_circuit", "positional_qk_circuit", "ov_circuit", "composition_score_reference", "composition_scores",
            "composition_mb", "composition_ceiling", "random_baseline", "Chance", "random_composition", "random_copying",
            "head_label", "VirtualHead", "Composition", "composition", "copying_score", "copying_scores", "ov_eigenvalues",
@@ -43,12 +44,16 @@ def corpus_bigrams(model: Transformer) -> tuple[Tensor, Tensor]:
     return bigram_distribution(torch.tensor(model.tokenizer.encode(builtin_text())), model.cfg.d_vocab)
 
 
-def frequent_tokens(model: Transformer, n: int) -> list[int]:
-    """The n most frequent ids of the built-in text, never <bos> or <unk>; ids 2, 3, … without a tokenizer."""
+def frequent_tokens(model: Transformer, n: int, words_only: bool = False) -> list[int]:
+    """The n most frequent ids of the built-in text, never <bos> or <unk>, only words (``data.word_ids``) where
+    ``words_only``; ids 2, 3, … without a tokenizer, which has no words."""
     if model.tokenizer is None:
+        if words_only:
+            raise ValueError("this model has no tokenizer, so its ids are not words: choose words_only=False")
         return list(range(2, min(model.cfg.d_vocab, n + 2)))
     p_current, _ = corpus_bigrams(model)
-    return [i for i in p_current.argsort(descending=True).tolist() if i >= 2][:n]
+    ranked = [i for i in p_current.argsort(descending=True).tolist() if i >= 2]
+    return (word_ids(model.tokenizer, ranked) if words_only else ranked)[:n]
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class ZeroLayer:
     at_best: bool             # model KL ≤ the best fit's + BIGRAM_GAP_MAX: as well as its width allows
     ids: list[int]            # the CHOOSABLE_TOKENS most frequent tokens, most frequent first
     labels: list[str]         # their labels
+    example: int              # the one a page opens on: ``bigram_example``
     next_tokens: list[dict[str, list]]  # per id: the TOP_NEXT (at most d_vocab) likeliest next tokens, model and corpus
     model_table: np.ndarray   # [current next] P_model on the TABLE_TOKENS most frequent
     corpus_table: np.ndarray  # [current next] P_corpus on the same
@@ -79,9 +85,20 @@ def zero_layer(model: Transformer) -> ZeroLayer:
                     "corpus's next token": token_labels(tokenizer, by_corpus[i]), "corpus probability": p_corpus[i].tolist()}
                    for i in range(len(ids))]
     bound = BIGRAM_KL_SHARE * ceiling.entropy
+    example = bigram_example(tokenizer, ids, by_model[:, 0].tolist(), by_corpus[:, 0].tolist())
     return ZeroLayer(ceiling, bound, ceiling.model_kl <= bound, ceiling.model_kl <= ceiling.best_fit_kl + BIGRAM_GAP_MAX,
-                     ids, token_labels(tokenizer, ids), next_tokens, to_numpy(model_probs[table][:, table]),
+                     ids, token_labels(tokenizer, ids), example, next_tokens, to_numpy(model_probs[table][:, table]),
                      to_numpy(corpus_probs[table][:, table]))
+
+
+def bigram_example(tokenizer, ids: list[int], model_next: list[int], corpus_next: list[int]) -> int:
+    """The current token a zero-layer model's bigram table is best shown on: the first of ``ids`` (most frequent
+    first) that is a word whose bigram the model learned, i.e. whose likeliest next token under the model,
+    ``model_next[i]``, is the corpus's likeliest too, ``corpus_next[i]``, and is itself a word ("of" → "the").
+    Failing that, the first whose likeliest next token the model learned; failing that, the first of ``ids``."""
+    learned = [i for i, (mine, corpus) in enumerate(zip(model_next, corpus_next)) if mine == corpus]
+    words = set(word_ids(tokenizer, ids + model_next))
+    return ids[next((i for i in learned if ids[i] in words and model_next[i] in words), learned[0] if learned else 0)]
 
 
 def qk_circuit(model: Transformer, layer: int, head: int) -> FactoredMatrix:
@@ -438,6 +455,62 @@ def skip_trigrams(model: Transformer, layer: int, head: int, destinations: list[
     return sorted(triples, key=lambda t: -t[3])
 
 
+RANK_ELEMENTS = 2**22  # OV rows formed at once by ``copy_ranks``: at most this many elements (16 MB in float32)
+
+
+@torch.inference_mode()
+def copy_ranks(model: Transformer, layer: int, head: int, ids: list[int]) -> tuple[Tensor, Tensor]:
+    """How readily one head copies each token t of ``ids``, from its OV circuit W_E W_OV W_U alone: t's own logit
+    (the entry [t, t]) and its copy rank, how many of all d_vocab output tokens attending to t raises more than t
+    itself (0: attending to t raises t most of all). Returns ([len(ids)] own logits, [len(ids)] ranks). Of a head
+    that does not copy, a token's rank is any of 0 … d_vocab − 1 alike."""
+    ov, own, ranks = ov_circuit(model, layer, head), [], []
+    for start in range(0, len(ids), max(1, RANK_ELEMENTS // model.cfg.d_vocab)):
+        chunk = ids[start:start + max(1, RANK_ELEMENTS // model.cfg.d_vocab)]
+        rows = ov.rows(chunk).dense()                                              # [chunk d_vocab]
+        mine = rows.gather(1, torch.tensor(chunk, device=rows.device)[:, None])  # [chunk 1]
+        own.append(mine[:, 0])
+        ranks.append((rows > mine).sum(-1))
+    return torch.cat(own), torch.cat(ranks)
+
+
+@dataclass(frozen=True)
+class TokenTables:
+    """One head's QK and OV circuits on the tokens it copies most readily, and its skip-trigrams, read from its
+    weights alone (Elhage et al. 2021)."""
+
+    candidates: int           # tokens ranked: the TRIGRAM_VOCABULARY most frequent (words only, if asked)
+    labels: list[str]         # the TABLE_TOKENS of them the head copies most readily (lowest copy rank), best first
+    copy_ranks: list[int]     # per label: output tokens that attending to it raises more than its own (``copy_ranks``)
+    chance_rank: float        # the worst of the TABLE_TOKENS best copy ranks expected of a head that does not copy
+    qk: np.ndarray            # [destination source] W_E W_QK W_Eᵀ on those tokens
+    ov: np.ndarray            # [source output] W_E W_OV W_U on those tokens
+    trigrams: list[tuple[str, str, str, float, float]]  # (source, destination, output, QK score, OV logit)
+
+
+@torch.inference_mode()
+def token_tables(model: Transformer, layer: int, head: int, words_only: bool) -> TokenTables:
+    """The token × token tables a page shows of one head, on tokens chosen by the head's own numbers.
+
+    Candidates: the TRIGRAM_VOCABULARY most frequent tokens of the built-in text (only words, ``data.word_ids``,
+    where ``words_only``). Tables: the TABLE_TOKENS candidates with the lowest copy rank (``copy_ranks``; ties: the
+    higher own logit first), so a copying head shows its diagonal. The selection alone lowers the ranks shown: of a
+    head that does not copy, the k-th lowest of n ranks, each uniform over d_vocab, is about k / (n + 1) · d_vocab,
+    which ``chance_rank`` states for k = TABLE_TOKENS. Skip-trigrams: the TRIGRAM_DESTINATIONS most frequent
+    candidates as destinations, sources and outputs among the candidates, best QK score first."""
+    vocabulary, tokenizer = frequent_tokens(model, TRIGRAM_VOCABULARY, words_only), model.tokenizer
+    own, ranks = copy_ranks(model, layer, head, vocabulary)
+    order = sorted(range(len(vocabulary)), key=lambda i: (int(ranks[i]), -float(own[i])))[:TABLE_TOKENS]
+    table = [vocabulary[i] for i in order]
+    qk = to_numpy(qk_circuit(model, layer, head).rows(table).columns(table).dense().double())
+    ov = to_numpy(ov_circuit(model, layer, head).rows(table).columns(table).dense().double())
+    trigrams = [(*token_labels(tokenizer, [s, d, o]), q, v) for s, d, o, q, v in
+                skip_trigrams(model, layer, head, vocabulary[:TRIGRAM_DESTINATIONS], vocabulary,
+                              per_destination=min(2, len(vocabulary)))[:TRIGRAMS]]
+    return TokenTables(len(vocabulary), token_labels(tokenizer, table), [int(ranks[i]) for i in order],
+                       len(table) / (len(vocabulary) + 1) * model.cfg.d_vocab, qk, ov, trigrams)
+
+
 def virtual_ov(model: Transformer, earlier: tuple[int, int], later: tuple[int, int]) -> FactoredMatrix:
     """The OV circuit of the virtual head formed by V-composition, W_OV^earlier W_OV^later [d_model, d_model]:
     what the later head moves when what it reads was written by the earlier head."""
@@ -447,12 +520,8 @@ def virtual_ov(model: Transformer, earlier: tuple[int, int], later: tuple[int, i
 
 @dataclass(frozen=True)
 class OneLayer:
-    """One head of layer 0 read from its weights, layer 0's copying, and the path expansion of one prompt."""
+    """Layer 0's copying and the path expansion of one prompt (its heads' tables: ``token_tables``)."""
 
-    labels: list[str]         # the TABLE_TOKENS most frequent tokens: rows and columns of qk and ov
-    qk: np.ndarray            # [destination source] W_E W_QK W_Eᵀ on those tokens
-    ov: np.ndarray            # [source output] W_E W_OV W_U on those tokens
-    trigrams: list[tuple[str, str, str, float, float]]  # (source, destination, output, QK score, OV logit)
     eigenvalues: dict[str, np.ndarray]  # head label -> [d_head] complex eigenvalues of its OV circuit, layer 0
     copying: np.ndarray       # [head] Σ Re λ / Σ |λ|, layer 0
     copying_bar: float        # random_copying(…).bar(n_heads): what a random head reaches, Bonferroni over the heads
@@ -463,16 +532,9 @@ class OneLayer:
 
 
 @torch.inference_mode()
-def one_layer(model: Transformer, head: int, ids: tuple[int, ...]) -> OneLayer:
-    """Layer 0's head ``head``: QK and OV circuits on the most frequent tokens, its skip-trigrams; every layer-0
-    head's OV eigenvalues and copying score; the path expansion of the prompt ``ids`` (without LayerNorm)."""
-    vocabulary = frequent_tokens(model, TRIGRAM_VOCABULARY)
-    table, tokenizer = vocabulary[:TABLE_TOKENS], model.tokenizer
-    qk = to_numpy(qk_circuit(model, 0, head).rows(table).columns(table).dense().double())
-    ov = to_numpy(ov_circuit(model, 0, head).rows(table).columns(table).dense().double())
-    trigrams = [(*token_labels(tokenizer, [s, d, o]), q, v) for s, d, o, q, v in
-                skip_trigrams(model, 0, head, vocabulary[:TRIGRAM_DESTINATIONS], vocabulary,
-                              per_destination=min(2, len(vocabulary)))[:TRIGRAMS]]
+def one_layer(model: Transformer, ids: tuple[int, ...]) -> OneLayer:
+    """Every layer-0 head's OV eigenvalues and copying score; the path expansion of the prompt ``ids`` (without
+    LayerNorm)."""
     cfg, eigenvalues = model.cfg, torch.stack([ov_eigenvalues(model, 0, h) for h in range(model.cfg.n_heads)]).cpu()
     copying, bar = to_numpy(copying_score(eigenvalues)), random_copying(cfg.d_vocab, cfg.d_model, cfg.d_head).bar(cfg.n_heads)
     labels, norms, check = [], None, None
@@ -482,6 +544,5 @@ def one_layer(model: Transformer, head: int, ids: tuple[int, ...]) -> OneLayer:
         labels, paths = path_expansion(model, cache)                            # [path batch pos d_vocab]
         check = compare(paths.sum(0), model(tokens), model_tolerance(model))
         norms = to_numpy(paths[:, 0].norm(dim=-1).mean(-1).double())
-    return OneLayer(token_labels(tokenizer, table), qk, ov, trigrams,
-                    {head_label(0, h): to_numpy(e) for h, e in enumerate(eigenvalues)}, copying, bar, int((copying > bar).sum()),
+    return OneLayer({head_label(0, h): to_numpy(e) for h, e in enumerate(eigenvalues)}, copying, bar, int((copying > bar).sum()),
                     labels, norms, check)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json", "token_labels", "Prompt", "prompt_ids", "random_ids",
+__all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json", "token_labels", "word_ids", "Prompt", "prompt_ids", "random_ids",
            "builtin_text", "bigram_distribution", "validate_upload", "SOURCES", "training_lengths", "training_data", "MAX_UPLOAD_BYTES", "TextData", "RandomTokens", "WithRepeats", "Mix",
            "Copies", "CopyingTask", "Data"]
 
@@ -124,6 +124,12 @@ def tokenizer_from_json(text: str) -> Tokenizer:
 def token_labels(tokenizer: Tokenizer | None, ids) -> list[str]:
     """A readable label per id: the tokenizer's, or the id itself for a model without one."""
     return tokenizer.labels(ids) if tokenizer else [str(int(i)) for i in ids]
+
+
+def word_ids(tokenizer: Tokenizer | None, ids) -> list[int]:
+    """The ids among ``ids``, in their order, whose token is a word: its own text is letters only ("class", "the";
+    never "_", "(", "0" or "<bos>"). None without a tokenizer: its ids have no text."""
+    return [int(i) for i in ids if tokenizer is not None and tokenizer.vocab[int(i)].isalpha()]
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,13 @@ def test_token_labels_fall_back_to_ids_without_a_tokenizer():
     assert data.token_labels(data.CharTokenizer.fit("ab c"), [0, 2]) == ["<bos>", data.CharTokenizer.fit("ab c").labels([2])[0]]
 
 
+def test_words_are_tokens_of_letters_only_read_from_their_text():
+    tokenizer = WordTokenizer(["<bos>", "<unk>", "the", "_", "(", "0", "x2", "class", "é"])
+    assert data.word_ids(tokenizer, range(9)) == [2, 7, 8]                           # not <bos>, <unk>, "_", "0", "x2"
+    assert data.word_ids(tokenizer, [7, 3, 2]) == [7, 2]                             # in the order asked
+    assert data.word_ids(None, [2, 3]) == []                                         # ids without text are no words
+
+
 def _best_fixed_offset_accuracy(tokens: torch.Tensor, mask: torch.Tensor) -> float:
     """The best a position-only rule does on the masked positions: at each position p, predict token p + 1 as the
     token p + 1 − d for the one distance d that is right most often at p (over the batch)."""

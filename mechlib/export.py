@@ -26,10 +26,10 @@ import pandas as pd
 import plotly
 import plotly.graph_objects as go
 
-__all__ = ["ExportError", "SCALE", "png", "svg", "csv", "bundle", "available"]
+__all__ = ["ExportError", "SCALE", "png", "svg", "csv", "bundle", "available", "size"]
 
-SCALE = 3  # PNG pixels per layout pixel: a 700 × 500 figure becomes 2100 × 1500, sharp on a projector
-DEFAULT_SIZE = (700, 500)  # plotly's size for a figure whose layout sets none
+SCALE = 3  # PNG pixels per layout pixel: a figure drawn 780 × 420 on screen becomes 2340 × 1260, sharp on a projector
+DEFAULT_SIZE = (700, 500)  # plotly's size for a figure whose layout sets none (the app sets both: sections.figure)
 BROWSERS = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
 TIMEOUT_S = 60  # to start the browser, and to render one figure
 WAIT_S = 20     # the longest a download waits for the browser while it draws for others
@@ -108,12 +108,18 @@ def _start(path: str) -> _Browser:
         raise ExportError(f"PNG and SVG export need a working Chromium; {path} did not start ({error!r})") from error
 
 
+def size(fig: go.Figure) -> tuple[int, int]:
+    """(width, height) in layout px that ``fig`` is rendered at: its layout's, else ``DEFAULT_SIZE``'s. A figure
+    the app shows has both set to the size it has on screen, so its export has the screen's aspect ratio."""
+    return fig.layout.width or DEFAULT_SIZE[0], fig.layout.height or DEFAULT_SIZE[1]
+
+
 def _render(fig: go.Figure, format: str, scale: int) -> bytes:
-    """``fig`` drawn by Chromium at its layout size (700 × 500 where unset) times ``scale``; ``fig`` is not touched."""
+    """``fig`` drawn by Chromium at ``size(fig)`` times ``scale``; ``fig`` is not touched."""
     global _browser
     if (path := _find_browser()) is None:
         raise ExportError(NO_BROWSER)
-    width, height = fig.layout.width or DEFAULT_SIZE[0], fig.layout.height or DEFAULT_SIZE[1]
+    width, height = size(fig)
     opts = {"format": format, "width": width, "height": height, "scale": scale}
     if not _lock.acquire(timeout=WAIT_S):  # one browser draws for the whole server: a queue past this is refused
         raise ExportError(f"the server has been drawing other students' figures for {WAIT_S} s; try again shortly")
@@ -134,12 +140,12 @@ def _render(fig: go.Figure, format: str, scale: int) -> bytes:
 
 
 def png(fig: go.Figure, scale: int = SCALE) -> bytes:
-    """The figure as PNG: (layout width × scale) × (layout height × scale) pixels."""
+    """The figure as PNG: ``size(fig)`` × scale pixels, its aspect ratio the layout's."""
     return _render(fig, "png", scale)
 
 
 def svg(fig: go.Figure) -> bytes:
-    """The figure as SVG, at its layout width × height."""
+    """The figure as SVG, ``size(fig)`` px."""
     return _render(fig, "svg", 1)
 
 

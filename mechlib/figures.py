@@ -1,5 +1,7 @@
 """Plotly figure builders: numpy arrays and labels in, ``go.Figure`` out. No Streamlit here."""
 
+import textwrap
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
@@ -8,11 +10,15 @@ __all__ = ["plain", "head_colour", "wo_blocks", "head_norms_bar", "head_contribu
            "training_curves",
            "pattern_heatmap", "singular_values", "source_bars", "component_bars", "depth_heatmap", "overlap_heatmap",
            "token_heatmap", "eigenvalues_plot", "composition_heatmap", "patterns_grid", "time_heatmap", "histogram",
-           "loss_curves", "copy_losses", "for_slides"]
+           "loss_curves", "copy_losses", "for_slides", "fitted"]
 
 FONT = {"size": 14}
-SLIDE_FONT = 20     # px, presentation mode: read from the back of a room at 1280 × 720 and 125 % zoom
-SLIDE_ROW_PX = 26   # px per labelled row or column of a heatmap in presentation mode, so every label fits
+TITLE_FONT = 17     # px, a figure's title
+SLIDE_FONT = 24     # px, presentation mode: every chart text, read from the back of a room at 1280 × 720
+SLIDE_ROW_PX = 32   # px per labelled row of a heatmap in presentation mode: a 24 px label with room around it
+SLIDE_GROW_PX = 100  # px a figure grows in presentation mode, for its larger title, tick labels and axis titles
+CHAR_EM = 0.62      # a character's mean width in em, in the widest font plotly falls back to (DejaVu Sans for verdana)
+CELL_PX = 56        # px per cell of a heatmap sized by its cells (composition scores): a 1 × 1 matrix draws small
 
 
 def head_colour(head: int) -> str:
@@ -28,8 +34,49 @@ def plain(text: str) -> str:
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title=plain(title), height=height, font=FONT, margin={"l": 70, "r": 20, "t": 60, "b": 60})
+    """Title, height and type; every axis and the title push the margins out as far as their text needs, so no
+    label is cut at the figure's edge and no axis title sits on its tick labels."""
+    fig.update_layout(title={"text": plain(title), "font": {"size": TITLE_FONT}, "automargin": True, "yref": "paper"},
+                      height=height, font=FONT, margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    fig.update_xaxes(automargin=True, autotickangles=[0, -45, -90],  # labels turn as far as they must not to meet
+                     ticklabelstandoff=4)  # clear of the y axis's lowest label, which sits on the same corner
+    fig.update_yaxes(automargin=True)
     return fig
+
+
+def _colorbar(title: str) -> dict:
+    """A colour bar whose title runs along its side, clear of the tick labels at its ends."""
+    return {"title": {"text": title, "side": "right"}}
+
+
+def _legend_below() -> dict:
+    """A horizontal legend at the figure's foot: it pushes the bottom margin out, below the x-axis title."""
+    return {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left"}
+
+
+def _subplots_title(fig: go.Figure) -> go.Figure:
+    """``fig`` (subplots) with its title raised above the panels' own titles, which sit just above the panels."""
+    fig.update_layout(title_pad_b=1.6 * max(a.font.size or FONT["size"] for a in fig.layout.annotations))
+    return fig
+
+
+def _wrap(text: str, width: float, size: float) -> str:
+    """``text`` broken at spaces (plotly's <br>) into lines of at most ``width`` px at ``size`` px type."""
+    per_line = max(8, int(width / (CHAR_EM * size)))
+    return "<br>".join(textwrap.wrap(text.replace("<br>", " "), per_line, break_long_words=False,
+                                     break_on_hyphens=False))
+
+
+def fitted(fig: go.Figure, width: int) -> go.Figure:
+    """A copy of ``fig`` at most ``width`` px wide (narrower where the figure asks for less: a heatmap of few cells),
+    its title wrapped to that width: the size a page draws the figure at and the size its export renders."""
+    fit = go.Figure(fig)  # a copy: the figure passed in is not touched
+    width = min(fig.layout.width or width, width)
+    title = fit.layout.title
+    if title.text:
+        fit.update_layout(title_text=_wrap(title.text, width - 20, title.font.size or TITLE_FONT))
+    fit.update_layout(width=width)
+    return fit
 
 
 def wo_blocks(n_heads: int, d_head: int, d_model: int, row: int) -> go.Figure:
@@ -72,7 +119,7 @@ def head_contributions_heatmap(head_results: np.ndarray, summed: np.ndarray, att
     labels = [f"head {h}" for h in range(len(head_results))] + ["Σ_h result_h", "concat → W_O"]
     limit = float(np.abs(rows).max()) or 1.0
     fig = go.Figure(go.Heatmap(z=rows, y=labels, colorscale="RdBu", zmid=0, zmin=-limit, zmax=limit,
-                               colorbar={"title": "value"},
+                               colorbar=_colorbar("value"),
                                hovertemplate="%{y}<br>d_model index %{x}<br>value %{z:.4f}<extra></extra>"))
     fig.update_xaxes(title="d_model index")
     fig.update_yaxes(autorange="reversed")
@@ -114,13 +161,17 @@ def training_curves(history: list[dict[str, float]], step: int | None = None) ->
             fig.add_trace(go.Scatter(x=steps, y=[row[key] for row in history], name=name, mode="lines+markers", meta=key,
                                      line={"color": colour}, hovertemplate=f"step %{{x}}<br>{name} %{{y:.3f}}<extra></extra>"),
                           row=1, col=2)
-    fig.update_xaxes(title="training step")
+    ends = [min(steps, default=0), max(steps, default=1)]
+    pad = 0.02 * (ends[1] - ends[0])  # room for the end markers, and no more: the axis ends where the data does
+    fig.update_xaxes(title="training step", range=[ends[0] - pad, ends[1] + pad])
     fig.update_yaxes(title="nats per token", row=1, col=1)
     fig.update_yaxes(title="mean attention (0–1)", range=[0, 1.05], row=1, col=2)
-    fig.update_layout(legend={"orientation": "h", "y": -0.25})
+    fig.update_layout(legend=_legend_below())
     if step is not None:
-        fig.add_vline(x=step, line_dash="dash", line_color="black", annotation_text=f"step {step:,}")
-    return _layout(fig, "Training", 420)
+        late = step > (ends[0] + ends[1]) / 2  # its label on the side with room: before a late step, after an early one
+        fig.add_vline(x=step, line_dash="dash", line_color="black", annotation_text=f"step {step:,}",
+                      annotation_position="bottom left" if late else "bottom right")
+    return _subplots_title(_layout(fig, "Training", 420))
 
 
 def pattern_heatmap(pattern: np.ndarray, labels: list[str], title: str, scores: bool = False) -> go.Figure:
@@ -133,12 +184,12 @@ def pattern_heatmap(pattern: np.ndarray, labels: list[str], title: str, scores: 
     if scores:
         z = np.where(np.isfinite(pattern), pattern, np.nan)
         limit = float(np.nanmax(np.abs(z))) or 1.0
-        colours = {"colorscale": "RdBu", "zmid": 0, "zmin": -limit, "zmax": limit, "colorbar": {"title": "score"}}
+        colours = {"colorscale": "RdBu", "zmid": 0, "zmin": -limit, "zmax": limit, "colorbar": _colorbar("score")}
     else:
-        z, colours = pattern, {"colorscale": "Blues", "zmin": 0, "zmax": 1, "colorbar": {"title": "attention"}}
+        z, colours = pattern, {"colorscale": "Blues", "zmin": 0, "zmax": 1, "colorbar": _colorbar("attention")}
     fig = go.Figure(go.Heatmap(z=z, x=ticks, y=ticks, text=hover, **colours,
                                hovertemplate="%{text}<br>%{z:.3f}<extra></extra>"))
-    fig.update_xaxes(title="key (source) position", tickangle=-60, tickfont={"size": 11})
+    fig.update_xaxes(title="key (source) position", tickfont={"size": 11})
     fig.update_yaxes(title="query (destination) position", autorange="reversed", tickfont={"size": 11})
     return _layout(fig, title, 560)
 
@@ -161,7 +212,7 @@ def source_bars(values: np.ndarray, labels: list[str], title: str, axis: str) ->
     ticks = [f"{i}: {plain(label)}" for i, label in enumerate(labels)]
     fig = go.Figure(go.Bar(x=ticks, y=values, marker_color="#636EFA",
                            hovertemplate="source %{x}<br>" + axis + " %{y:.4f}<extra></extra>"))
-    fig.update_xaxes(title="source position: token", tickangle=-60)
+    fig.update_xaxes(title="source position: token")
     fig.update_yaxes(title=axis)
     return _layout(fig, title, 380)
 
@@ -175,7 +226,7 @@ def component_bars(values: np.ndarray, labels: list[str], title: str, axis: str,
                                  measure=measures, hovertemplate="%{x}: %{y:.4f}<extra></extra>",
                                  increasing={"marker": {"color": "#00CC96"}}, decreasing={"marker": {"color": "#EF553B"}},
                                  totals={"marker": {"color": "#636EFA"}}))
-    fig.update_xaxes(title=categories, tickangle=-45)
+    fig.update_xaxes(title=categories)
     fig.update_yaxes(title=axis)
     return _layout(fig, title, 420)
 
@@ -184,9 +235,9 @@ def depth_heatmap(norms: np.ndarray, labels: list[str]) -> go.Figure:
     """‖residual‖ at each layer boundary (rows: the embeddings, then after each block) and position (columns)."""
     ticks = [f"{i}: {plain(label)}" for i, label in enumerate(labels)]
     rows = ["the embeddings"] + [f"after block {l}" for l in range(norms.shape[0] - 1)]
-    fig = go.Figure(go.Heatmap(z=norms, x=ticks, y=rows, colorscale="Viridis", colorbar={"title": "‖residual‖"},
+    fig = go.Figure(go.Heatmap(z=norms, x=ticks, y=rows, colorscale="Viridis", colorbar=_colorbar("‖residual‖"),
                                hovertemplate="%{y}<br>position %{x}<br>‖residual‖ %{z:.3f}<extra></extra>"))
-    fig.update_xaxes(title="position: token", tickangle=-60)
+    fig.update_xaxes(title="position: token")
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, "The residual stream's size through depth", 200 + 40 * norms.shape[0])
 
@@ -194,7 +245,7 @@ def depth_heatmap(norms: np.ndarray, labels: list[str]) -> go.Figure:
 def overlap_heatmap(overlap: np.ndarray, labels: list[str], baseline: float) -> go.Figure:
     """Mean squared cosine of principal angles between every pair of heads' output subspaces."""
     fig = go.Figure(go.Heatmap(z=overlap, x=labels, y=labels, colorscale="Blues", zmin=0, zmax=1,
-                               colorbar={"title": "overlap"},
+                               colorbar=_colorbar("overlap"),
                                hovertemplate="%{y} vs %{x}<br>overlap %{z:.3f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, f"Heads' output subspaces overlap (random subspaces: {baseline:.3f})", 480)
@@ -204,9 +255,9 @@ def token_heatmap(matrix: np.ndarray, rows: list[str], columns: list[str], title
                   value: str, diverging: bool = True) -> go.Figure:
     """A token × token matrix (a bigram table, a QK or OV circuit) with the tokens named on both axes."""
     colours = ({"colorscale": "RdBu", "zmid": 0} if diverging else {"colorscale": "Blues", "zmin": 0})
-    fig = go.Figure(go.Heatmap(z=matrix, x=[plain(c) for c in columns], y=[plain(r) for r in rows], colorbar={"title": value}, **colours,
+    fig = go.Figure(go.Heatmap(z=matrix, x=[plain(c) for c in columns], y=[plain(r) for r in rows], colorbar=_colorbar(value), **colours,
                                hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>{value} %{{z:.3f}}<extra></extra>"))
-    fig.update_xaxes(title=x_title, tickangle=-60, tickfont={"size": 11})
+    fig.update_xaxes(title=x_title, tickfont={"size": 11})
     fig.update_yaxes(title=y_title, autorange="reversed", tickfont={"size": 11})
     return _layout(fig, title, 520)
 
@@ -232,12 +283,14 @@ def composition_heatmap(scores: np.ndarray, earlier: list[str], later: list[str]
     limit = max(float(np.nanmax(np.abs(scores - baseline))), 1e-6)
     fig = go.Figure(go.Heatmap(z=scores, x=later, y=earlier, colorscale="RdBu", zmid=baseline,
                                zmin=baseline - limit, zmax=baseline + limit, hoverongaps=False,
-                               colorbar={"title": "score"},
+                               colorbar=_colorbar("score"),
                                hovertemplate="earlier %{y} → later %{x}<br>score %{z:.3f}<br>"
                                              f"random ≈ {baseline:.3f}<extra></extra>"))
     fig.update_xaxes(title="later head (reads)")
     fig.update_yaxes(title="earlier head (writes)", autorange="reversed")
-    return _layout(fig, f"{mode}-composition (random baseline {baseline:.3f})", 420)
+    rows, columns = scores.shape
+    fig.update_layout(width=260 + CELL_PX * columns)  # sized by its cells: a 1 × 1 matrix draws small
+    return _layout(fig, f"{mode}-composition (random baseline {baseline:.3f})", 200 + CELL_PX * rows)
 
 
 def patterns_grid(patterns: np.ndarray, title: str) -> go.Figure:
@@ -254,7 +307,9 @@ def patterns_grid(patterns: np.ndarray, title: str) -> go.Figure:
                           row=l + 1, col=h + 1)
             fig.update_yaxes(autorange="reversed", showticklabels=False, row=l + 1, col=h + 1)
             fig.update_xaxes(showticklabels=False, row=l + 1, col=h + 1)
-    return _layout(fig, title, 260 * layers + 80)
+    fig.update_xaxes(title="key position", row=layers, col=1)  # the first panel's only: beside each other, the
+    fig.update_yaxes(title="query position", col=1)             # panels' titles would meet
+    return _subplots_title(_layout(fig, title, 260 * layers + 100))
 
 
 def time_heatmap(matrix: np.ndarray, labels: list[str], title: str, value: str, scale: str = "signed",
@@ -265,9 +320,9 @@ def time_heatmap(matrix: np.ndarray, labels: list[str], title: str, value: str, 
     ticks = [f"{i}: {plain(label)}" for i, label in enumerate(labels)]
     colours = {"signed": {"colorscale": "RdBu", "zmid": 0}, "gate": {"colorscale": "Viridis", "zmin": 0, "zmax": 1},
                "size": {"colorscale": "Viridis", "zmin": 0}}[scale]
-    fig = go.Figure(go.Heatmap(z=matrix, x=ticks, colorbar={"title": value}, **colours,
+    fig = go.Figure(go.Heatmap(z=matrix, x=ticks, colorbar=_colorbar(value), **colours,
                                hovertemplate="position %{x}<br>" + rows + " %{y}<br>" + value + " %{z:.3f}<extra></extra>"))
-    fig.update_xaxes(title="position: token", tickangle=-60, tickfont={"size": 10})
+    fig.update_xaxes(title="position: token", tickfont={"size": 10})
     fig.update_yaxes(title=rows)
     return _layout(fig, title, 420)
 
@@ -315,7 +370,7 @@ def heads_forming(patterns: np.ndarray, step: int, length: int) -> go.Figure:
         for head in range(heads):
             fig.add_shape(type="line", x0=edge, x1=edge, y0=-0.5, y1=end, line=dotted, row=layer + 1, col=head + 1)
             fig.add_shape(type="line", x0=-0.5, x1=end, y0=edge, y1=edge, line=dotted, row=layer + 1, col=head + 1)
-    return _layout(fig, f"Every head's attention at step {step:,} (white 0, dark blue 1)", 300 * layers + 80)
+    return _subplots_title(_layout(fig, f"Every head's attention at step {step:,} (white 0, dark blue 1)", 300 * layers + 80))
 
 
 class LiveTraining:
@@ -362,13 +417,14 @@ def copy_losses(losses: dict[str, np.ndarray], length: int, d_vocab: int, earlie
                              hovertemplate="uniform over the ids seen so far: %{y:.2f} nats<extra></extra>"))
     fig.update_xaxes(title="position of the token predicted", range=[0.5, 2 * length + 0.5])
     fig.update_yaxes(title="loss (nats per token)", rangemode="tozero")
-    fig.update_layout(legend={"orientation": "h", "y": -0.2})
+    fig.update_layout(legend=_legend_below())
     return _layout(fig, "Loss by position on a repeated random sequence", 460)
 
 
 def for_slides(fig: go.Figure) -> go.Figure:
     """A copy of ``fig`` for presentation mode: every font at least ``SLIDE_FONT`` px, every category label on
-    its axis shown (plotly thins crowded ticks), and heatmaps tall enough for one label per row."""
+    its axis shown (plotly thins crowded ticks), heatmaps tall enough for one label per row, and the figure's
+    size grown with its type."""
     slides = go.Figure(fig)  # a copy: the figure passed in is not touched
     for trace in slides.data:  # text drawn on the marks (bar values, cell values) has its own font, 12 px unless set
         if getattr(trace, "text", None) is not None or getattr(trace, "texttemplate", None) is not None:
@@ -392,7 +448,10 @@ def for_slides(fig: go.Figure) -> go.Figure:
                 slides.layout[name].update(tickmode="linear", dtick=1)
                 if axis == "y":
                     rows = max(rows, len(values))
-    margin = slides.layout.margin
-    slides.update_layout(margin={"l": max(margin.l or 0, 110), "b": max(margin.b or 0, 110), "t": max(margin.t or 0, 80)},
-                         height=max(fig.layout.height or 450, rows * SLIDE_ROW_PX + 220))
+    # The margins plotly pushes out for the larger type take room from the plot: the figure grows to give it back
+    # (a figure sized by its cells, all of it).
+    slides.update_layout(height=max((fig.layout.height or 450) + SLIDE_GROW_PX, rows * SLIDE_ROW_PX + 300),
+                         width=fig.layout.width and round(fig.layout.width * SLIDE_FONT / FONT["size"]))
+    if slides.layout.title.pad.b:  # a title raised above subplot titles: raised by as much as they grew
+        slides.update_layout(title_pad_b=1.6 * SLIDE_FONT)
     return slides

@@ -1,10 +1,9 @@
 """Slide export: PNG at layout size × scale, SVG at layout size, CSV that reads back, and a zip that says what it holds.
 
-Tests that render need Chromium: where it is missing they skip with the reason; under CI (CI=true) they fail instead.
+Tests that render need Chromium (the ``chromium`` fixture, tests/unit/conftest.py).
 """
 
 import io
-import os
 import struct
 import threading
 import zipfile
@@ -16,18 +15,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from mechlib import export
+from mechlib import export, figures
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NO_CHROMIUM = "PNG and SVG export need Chromium (Debian: apt-get install chromium); none was found"
-
-
-@pytest.fixture
-def chromium():
-    if reason := export.available():
-        if os.environ.get("CI"):
-            pytest.fail(f"export tests must render in CI: {reason}")
-        pytest.skip(reason)
 
 
 @pytest.fixture
@@ -53,6 +44,19 @@ def png_size(data: bytes) -> tuple[int, int]:
 def test_png_is_layout_size_times_scale(chromium):
     assert png_size(export.png(bar(460, 400))) == (1380, 1200)
     assert png_size(export.png(bar(None, None), scale=1)) == (700, 500)
+
+
+def test_a_shown_figures_png_has_its_aspect_ratio_at_least_twice_its_size(chromium):
+    """The page draws a figure at ``figures.fitted``'s size (a column 382 px wide, a slide 1100 px); its PNG is that
+    size times SCALE ≥ 2, so the aspect ratio is the screen's exactly."""
+    assert export.SCALE >= 2
+    bars = figures.component_bars(np.array([1.0, -0.5, 2.0]), ["embed", "L0H0", "L0 MLP"], "ledger", "length")
+    for width in (382, 1100):
+        shown = figures.fitted(bars, width)
+        png_width, png_height = png_size(export.png(shown))
+        assert (png_width, png_height) == (width * export.SCALE, bars.layout.height * export.SCALE)
+        assert png_width / png_height == pytest.approx(width / bars.layout.height, rel=1e-9)
+        assert export.size(shown) == (width, bars.layout.height)
 
 
 def test_svg_has_the_layout_size(chromium):

@@ -1,8 +1,11 @@
-"""Figure builders: the data drawn is the data given, labelled."""
+"""Figure builders: the data drawn is the data given, labelled, at a size that fits its text."""
+
+import re
 
 import numpy as np
+import pytest
 
-from mechlib import figures
+from mechlib import export, figures
 
 
 def test_wo_blocks_draws_one_block_per_head_at_its_rows():
@@ -100,8 +103,72 @@ def test_for_slides_raises_every_font_shows_every_label_and_leaves_the_original_
                 walk(v, key)
 
     walk(slides.to_dict()["layout"])
-    assert sizes and min(sizes) >= figures.SLIDE_FONT == 20  # the 11 px tick labels included
+    assert sizes and min(sizes) >= figures.SLIDE_FONT == 24  # the 11 px tick labels included
     for axis in (slides.layout.xaxis, slides.layout.yaxis):
         assert axis.tickmode == "linear" and axis.dtick == 1
     assert slides.layout.height >= 30 * figures.SLIDE_ROW_PX
     assert np.array_equal(slides.data[0].z, fig.data[0].z)
+
+
+def test_fitted_draws_at_the_rooms_width_with_its_title_wrapped_and_leaves_the_original_alone():
+    title = "What each component left in attn-only-2l's final residual (last position), along x̂_final"
+    fig = figures.component_bars(np.ones(3), ["embed", "L0H0", "L0 MLP"], title, "length")
+    before = fig.to_dict()
+    shown = figures.fitted(fig, 382)
+    assert fig.to_dict() == before and fig.layout.width is None
+    assert (shown.layout.width, shown.layout.height) == (382, fig.layout.height)
+    lines = shown.layout.title.text.split("<br>")
+    assert " ".join(lines) == title and len(lines) >= 2
+    assert max(len(line) for line in lines) * figures.CHAR_EM * figures.TITLE_FONT <= 382 - 20
+    assert figures.fitted(fig, 1100).layout.title.text == title  # room for it on one line
+
+
+def test_patterns_grid_names_its_axes_once():
+    layout = figures.patterns_grid(np.full((2, 3, 5, 5), 0.2), "patterns").layout  # [layer head query_pos key_pos]
+
+    def titles(axes: str) -> dict[str, str]:
+        return {name: layout[name].title.text for name in layout.to_plotly_json()
+                if name.startswith(axes) and layout[name].title.text}
+
+    assert titles("xaxis") == {"xaxis4": "key position"}  # under the bottom row's first panel
+    assert titles("yaxis") == {"yaxis": "query position", "yaxis4": "query position"}  # beside each row's first
+
+
+def test_training_curves_x_axis_ends_where_the_data_does():
+    history = [{"step": s, "loss": 5 - s / 2000, "repeat_loss": 5 - s / 1500, "induction": s / 6000,
+                "prev_token": s / 7000} for s in range(300, 6001, 300)]
+    for step in (None, 300, 6000):
+        fig = figures.training_curves(history, step)
+        for axis in (fig.layout.xaxis, fig.layout.xaxis2):
+            low, high = axis.range
+            assert low <= 300 and 6000 <= high <= 6000 + 0.02 * 5700  # markers at the ends, and nothing beyond
+    late = figures.training_curves(history, 6000).layout.annotations[-1]
+    assert late.text == "step 6,000" and late.xanchor == "right"  # its label inside the axis, left of the line
+
+
+def test_a_composition_heatmap_is_sized_by_its_cells():
+    def heatmap(n: int):
+        return figures.composition_heatmap(np.full((n, n), 0.1), [f"L0H{h}" for h in range(n)],
+                                           [f"L1H{h}" for h in range(n)], 0.09, "Q")
+    one, eight = heatmap(1), heatmap(8)
+    assert one.layout.width <= 320 and one.layout.height <= 260  # a trained 2-layer 1-head model: a small square
+    assert eight.layout.width - one.layout.width == 7 * figures.CELL_PX
+    assert eight.layout.height - one.layout.height == 7 * figures.CELL_PX
+    assert figures.fitted(one, 1100).layout.width == one.layout.width  # the page keeps it small
+    assert figures.fitted(figures.for_slides(one), 1100).layout.width <= 1100 / 2  # on a slide too, type and all
+
+
+def colour_bar_ticks(svg: bytes) -> tuple[list[float], float]:
+    """(y of each colour-bar tick label, their font size in px) in a plotly SVG."""
+    bar = re.search(r'<g class="cbaxis.*?</g></g>', svg.decode())[0]
+    labels = re.findall(r"<text[^>]*>", bar)
+    ys = sorted(float(re.search(r"translate\(0,([-\d.]+)\)", label)[1]) for label in labels)
+    return ys, float(re.search(r"font-size: ([\d.]+)px", bar)[1])
+
+
+def test_a_three_row_depth_heatmaps_colour_bar_ticks_stay_apart(chromium):
+    norms = np.array([np.linspace(1, 3, 16), np.linspace(10, 30, 16), np.linspace(20, 45, 16)])  # [boundary, pos]
+    fig = figures.depth_heatmap(norms, [f"tok{i}" for i in range(16)])
+    for shown in (figures.fitted(fig, 462), figures.fitted(figures.for_slides(fig), 1100)):
+        ys, size = colour_bar_ticks(export.svg(shown))
+        assert len(ys) >= 2 and min(np.diff(ys)) >= 1.2 * size, (ys, size)

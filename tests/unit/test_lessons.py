@@ -14,9 +14,14 @@ def test_the_minutes_add_up_to_the_class_and_the_lab():
 
 
 def test_every_step_names_real_readings_and_pages_and_the_issue_topics_are_all_there():
-    seeds = ROOT.parent / "shared" / "seeds"  # beside the clone, in CI as for a developer
-    assert set(lessons.READINGS) == {path.name[:3] for path in seeds.glob("0*.txt")}
+    # The four source documents, by number (they are not in the repository: the keys and titles are the check).
+    assert list(lessons.READINGS) == ["000", "001", "002", "003"]
+    titles = list(lessons.READINGS.values())
+    assert all(title.strip() for title in titles) and len(set(titles)) == len(titles)
+    assert "Mathematical Framework for Transformer Circuits" in lessons.READINGS["003"]
+    assert {key for step in lessons.STEPS for key in step.readings} == set(lessons.READINGS)  # each one is read
     for step in lessons.STEPS:
+        assert step.readings, step.topic
         assert set(step.readings) <= set(lessons.READINGS)
         assert (ROOT / step.page).exists(), step.page
     topics = " ".join(step.topic for step in lessons.STEPS).lower()

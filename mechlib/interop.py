@@ -1,10 +1,11 @@
 """TransformerLens interop: a mechlib ``Transformer`` to a ``HookedTransformer`` and back, weights unchanged.
 
 The state-dict keys are the same in both (``embed.W_E``, ``blocks.0.attn.W_Q``, …), so a conversion is
-a config translated field by field and the weights copied under their own names; the logits agree to float
-rounding.
-TransformerLens is not a mechlib dependency: it is imported inside these two functions only, and works
-in its own environment (TransformerLens 3; 4.0 removed ``HookedTransformer``), e.g.
+a config translated field by field and the weights copied under their own names. The logits agree within
+``checks.INTEROP_TOLERANCE``: to 1e-10 · max(1, |logit|) in float64, and in float32 to 5e-4, not mechlib's 1e-5,
+since the two libraries sum attention in different orders (copying-2l's float32 logits differ by up to 5.1e-5).
+TransformerLens is not a mechlib dependency: it is imported inside these two functions only. The tests install
+TransformerLens 3.9 (requirements-test.txt; 4.0 removed ``HookedTransformer``); elsewhere install it yourself, e.g.
     python3.11 -m venv .bench-venv && .bench-venv/bin/pip install torch==2.13.0 "transformer-lens<4"
 The tokenizer is not carried over either way: mechlib's word and character tokenizers are not Hugging
 Face tokenizers, so a converted model takes token ids (``hooked(tokens)``), not strings.

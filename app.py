@@ -7,6 +7,7 @@ import streamlit as st
 
 import mechlib
 import sections
+import slides
 from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
@@ -16,19 +17,24 @@ from shell import (add_session_model, clean_url_ints, freeze_libraries, literal,
                    warm_up)
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide",
-                   initial_sidebar_state="collapsed" if sections.linked_present() else "auto")
+                   initial_sidebar_state="collapsed" if slides.linked_present() else "auto")
 
 DEFAULT_MODEL = "gelu-2l"  # MLPs and LayerNorm: every kind of term shows on the residual-stream page
-PAGES = [
-    st.Page("app_pages/home.py", title="Start here", icon=":material/home:", default=True),
-    st.Page("app_pages/equivalence.py", title="Equivalence: heads add up", icon=":material/functions:",
-            url_path="equivalence"),
-    st.Page("app_pages/patterns.py", title="Patterns and messages", icon=":material/grid_on:", url_path="patterns"),
-    st.Page("app_pages/residual.py", title="The residual stream", icon=":material/stacked_line_chart:", url_path="residual"),
-    st.Page("app_pages/circuits.py", title="Circuits", icon=":material/account_tree:", url_path="circuits"),
-    st.Page("app_pages/lstm.py", title="The LSTM analogy", icon=":material/memory_alt:", url_path="lstm"),
-    st.Page("app_pages/train.py", title="Train a model", icon=":material/model_training:", url_path="train"),
-]
+PAGE_FILES = {  # file (as the lesson path names it) -> its page; one URL path per page
+    "app_pages/home.py": st.Page("app_pages/home.py", title="Start here", icon=":material/home:", default=True),
+    "app_pages/equivalence.py": st.Page("app_pages/equivalence.py", title="Equivalence: heads add up",
+                                        icon=":material/functions:", url_path="equivalence"),
+    "app_pages/patterns.py": st.Page("app_pages/patterns.py", title="Patterns and messages", icon=":material/grid_on:",
+                                     url_path="patterns"),
+    "app_pages/residual.py": st.Page("app_pages/residual.py", title="The residual stream",
+                                     icon=":material/stacked_line_chart:", url_path="residual"),
+    "app_pages/circuits.py": st.Page("app_pages/circuits.py", title="Circuits", icon=":material/account_tree:",
+                                     url_path="circuits"),
+    "app_pages/lstm.py": st.Page("app_pages/lstm.py", title="The LSTM analogy", icon=":material/memory_alt:",
+                                 url_path="lstm"),
+    "app_pages/train.py": st.Page("app_pages/train.py", title="Train a model", icon=":material/model_training:",
+                                  url_path="train"),
+}
 LINKED = re.compile(r"(?P<kind>trained|uploaded) (?P<id>[a-z2-7]{%d})(: |$)" % ID_CHARS)  # a stored model's label
 URL_INTS = {"seed": (0, 2**31 - 1), "layers": (0, 4), "vocab": (2, 50_000), "ctx": (1, 2_048)}  # the sidebar's bounds
 
@@ -156,14 +162,12 @@ def sidebar() -> None:
 
 freeze_libraries()
 warm_up()
-navigation = st.navigation(PAGES)
+navigation = st.navigation(list(PAGE_FILES.values()))
 with st.sidebar:
     sidebar()
-mode, link = st.columns([1, 1], vertical_alignment="center")
-with mode:
-    sections.presentation_toggle()
-sections.stage()
+slides.chrome(next(page for page in PAGE_FILES if PAGE_FILES[page] is navigation))
 try:
     navigation.run()
 finally:  # after the page's widgets, so the URL holds every setting the page drew (a page may stop early)
-    sections.copy_link(link)
+    slides.finish()
+    sections.copy_link(slides.link_place())

@@ -18,29 +18,39 @@ class Step:
     topic: str
     readings: tuple[str, ...]   # keys of READINGS
     page: str                   # the app page, as st.page_link takes it
-    query: dict[str, str]       # the page's settings for this step (e.g. the Circuits page's section)
+    stops: tuple[dict[str, str], ...]  # the page's settings at each stop of this step, in the order Next walks them
+                                       # (the Circuits page's section); the step's link opens the first
     class_minutes: int          # 0: left to the lab
     lab_minutes: int
     activity: str               # what the class does, in one sentence
 
 
 STEPS = (
-    Step("Multi-head attention as a sum", ("000", "001"), "app_pages/equivalence.py", {}, 10, 20,
+    Step("Multi-head attention as a sum", ("000", "001"), "app_pages/equivalence.py", ({},), 10, 20,
          "Predict whether concat-then-project and the per-head sum differ in float32, then split one output "
          "element into its per-head partial sums."),
-    Step("Patterns and messages", ("002",), "app_pages/patterns.py", {}, 10, 20,
+    Step("Patterns and messages", ("002",), "app_pages/patterns.py", ({},), 10, 20,
          "Predict where a position looks and the rank of W_OV; check that only the products W_QK and W_OV matter."),
-    Step("The residual stream", ("002", "003"), "app_pages/residual.py", {}, 10, 20,
+    Step("The residual stream", ("002", "003"), "app_pages/residual.py", ({},), 10, 20,
          "Read the ledger that adds up to the final residual, then the logit lens and direct logit attribution."),
-    Step("Zero- and one-layer circuits", ("003",), "app_pages/circuits.py", {"section": "zero layers"}, 5, 15,
+    Step("Zero- and one-layer circuits", ("003",), "app_pages/circuits.py",
+         ({"section": "zero layers"}, {"section": "one layer"}), 5, 15,
          "The bigram table W_E W_U; skip-trigrams and copying heads from their OV eigenvalues."),
     Step("Two-layer circuits: composition and induction", ("003",), "app_pages/circuits.py",
-         {"section": "two layers"}, 10, 15,
+         ({"section": "two layers"},), 10, 15,
          "Find the previous-token head, predict which head an ablation breaks, read K-composition."),
-    Step("Induction heads forming", ("003",), "app_pages/circuits.py", {"section": "the phase change"}, 5, 10,
+    Step("Induction heads forming", ("003",), "app_pages/circuits.py", ({"section": "the phase change"},), 5, 10,
          "Scrub through training checkpoints to the phase change; then train one live on the Train page."),
-    Step("Train one yourself", ("003",), "app_pages/train.py", {}, 0, 10,
+    Step("Train one yourself", ("003",), "app_pages/train.py", ({},), 0, 10,
          "Each group trains the induction preset and shares its link with the class."),
-    Step("The LSTM analogy", ("002",), "app_pages/lstm.py", {}, 0, 10,
+    Step("The LSTM analogy", ("002",), "app_pages/lstm.py", ({},), 0, 10,
          "Cell state beside residual stream, gates beside patterns and messages, and the test that separates them."),
 )
+
+ROUTE = tuple((step.page, stop) for step in STEPS for stop in step.stops)  # every stop of the lesson, in order
+
+
+def stop_at(page: str, settings: dict) -> int | None:
+    """The index in ROUTE of the stop on ``page`` whose settings ``settings`` (the session's values) hold, or None."""
+    return next((i for i, (stop_page, stop) in enumerate(ROUTE)
+                 if stop_page == page and all(settings.get(key) == value for key, value in stop.items())), None)

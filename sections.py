@@ -5,6 +5,7 @@ and questions a student answers before the live result reveals the answer."""
 import html
 import re
 import threading
+import weakref
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -14,15 +15,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
+from streamlit.delta_generator_singletons import context_dg_stack
 
+import slides
 from mechlib import export, figures, glossary
-
-PRESENT = "present"  # the URL's ?present=true (or =1) and the toggle's key
-PART = "part"        # the URL key of the section shown in presentation mode
-
-
-def presenting() -> bool:
-    return bool(st.session_state.get(PRESENT))
+from slides import controls, presenting, reading
 
 
 @dataclass
@@ -58,22 +55,25 @@ def _collecting(title: str) -> Iterator[Collected]:
 
 
 def show(parts: list[tuple[str, Callable[[], None]]]) -> None:
-    """Draw the page's sections: all in order, or in presentation mode the one chosen (Previous / Next).
-    Each section closes with its export menu."""
+    """Draw the page's parts: all in order, or in presentation mode the one chosen with Previous / Next, on top of
+    the page. Each part closes with its export menu."""
     titles = [title for title, _ in parts]
     if not presenting():
         for title, draw in parts:
             _draw(title, draw)
         return
-    with getattr(_run, "stage", None) or st.container():  # on top of the page, above its title and settings
-        title, draw = parts[_navigation(titles)]
-        _draw(title, draw)
+    with slides.stage():
+        index = slides.navigation(titles)
+        title, draw = parts[index]
+        _draw(title, lambda: slides.drawing_part(title, index + 1, len(titles), draw))
 
 
 def _draw(title: str, draw: Callable[[], None]) -> None:
-    """A section: its title, its questions (first, whatever the section computes before asking them), its
-    body, its export menu."""
+    """A part: its title, its questions (first, whatever the part computes before asking them), its body, its
+    export menu."""
     st.subheader(title)
+    if presenting():
+        slides.part_note()
     _run.questions = st.container()
     try:
         with _collecting(title) as collected:
@@ -84,48 +84,24 @@ def _draw(title: str, draw: Callable[[], None]) -> None:
 
 
 def _question_box():
-    """A bordered box for a question, in the section's place for questions: before the evidence that answers it."""
-    return (getattr(_run, "questions", None) or st.container()).container(border=True)
-
-
-def stage() -> None:
-    """The place, just below the shell's controls, where presentation mode draws the chosen section: the first
-    screen shows it, with the page's title, notes and settings below."""
-    _run.stage = st.container()
-
-
-def _navigation(titles: list[str]) -> int:
-    """Previous / Next and a select box of the page's sections, bound to the URL as ``part``."""
-    if PART in st.session_state and st.session_state[PART] not in titles:  # another page's section
-        st.session_state[PART] = titles[0]
-    current = st.session_state.get(PART, st.query_params.get(PART))  # a link's part, before its widget reads it
-    index = titles.index(current) if current in titles else 0
-
-    def step(by: int) -> None:
-        st.session_state[PART] = titles[min(max(titles.index(st.session_state[PART]) + by, 0), len(titles) - 1)]
-
-    back, choice, forward = st.columns([1, 4, 1], vertical_alignment="bottom")
-    back.button("Previous", icon=":material/arrow_back:", on_click=step, args=(-1,), disabled=index == 0,
-                width="stretch")
-    forward.button("Next", icon=":material/arrow_forward:", on_click=step, args=(1,), disabled=index == len(titles) - 1,
-                   width="stretch")
-    picked = choice.selectbox(f"section ({index + 1} of {len(titles)})", titles, 0, key=PART, bind="query-params")
-    return titles.index(picked)
-
-
-@contextmanager
-def controls() -> Iterator[None]:
-    """The page's own widgets: in presentation mode folded into "Settings", so a section fits the screen."""
-    with st.expander("Settings", icon=":material/tune:") if presenting() else st.container():
-        yield
+    """A bordered box for a question, in the part's place for questions: before the evidence that answers it.
+    Reading mode folds it, since the evidence is drawn anyway."""
+    where = getattr(_run, "questions", None) or st.container()
+    return where.expander("Predict, then reveal", icon=":material/quiz:") if reading() else where.container(border=True)
 
 
 def beside(spec: int | list[int]) -> list[DeltaGenerator]:
-    """``st.columns(spec)`` for figures and tables that sit side by side; in presentation mode they stack, each
-    the screen's full width, so that every token label of a chart has room at slide-sized type."""
+    """``st.columns(spec)`` for figures and tables that sit side by side; in presentation mode each is a slide of its
+    own at the screen's full width (``slides.place``), so that every token label of a chart has room at slide-sized
+    type and each slide fits the screen."""
     if presenting():
-        return [st.container() for _ in range(spec if isinstance(spec, int) else len(spec))]
-    return st.columns(spec)
+        return [slides.place() for _ in range(spec if isinstance(spec, int) else len(spec))]
+    weights = [1] * spec if isinstance(spec, int) else spec
+    room, gap = _room(), GAP_PX * (len(weights) - 1) / len(weights)  # each column gives up its share of the gaps
+    columns = st.columns(spec, gap="small")
+    for column, weight in zip(columns, weights):
+        _widths[column] = int(room * weight / sum(weights) - gap)
+    return columns
 
 
 def prose(markdown: str) -> None:
@@ -162,23 +138,49 @@ def with_tooltips(markdown: str) -> str:
 # Figures, tables and numbers: shown, and collected for export
 
 
+PAGE_PX = 780    # px a figure may be wide in the main column: 820 at 1280 × 720 with the sidebar open, less a box's padding
+SLIDE_PX = 1100  # the same in presentation mode, sidebar closed: 1120 px at 1280 × 720 (1760 at 1920 × 1080)
+GAP_PX = 16      # st.columns' small gap (1rem)
+_widths: "weakref.WeakKeyDictionary[DeltaGenerator, int]" = weakref.WeakKeyDictionary()  # beside's columns: px wide
+
+
+def _room() -> int:
+    """The px a figure drawn here may be wide: the innermost ``beside`` column it is in, else the main column."""
+    if presenting():
+        return SLIDE_PX
+    for holder in reversed(context_dg_stack.get()):  # Streamlit's `with` containers, innermost last
+        if holder in _widths:
+            return _widths[holder]
+    return PAGE_PX
+
+
 def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) -> None:
     """Show ``fig`` (restyled for the back of a room in presentation mode) and collect it, as shown, with its
     "reproduce in Python" snippet: ``code`` builds ``fig`` from ``result``, the section's latest mechlib experiment (or the
-    latest call of ``using``), run on the page's model; a section that ran none gives code that stands alone."""
+    latest call of ``using``), run on the page's model; a section that ran none gives code that stands alone.
+    The figure is drawn at an explicit size that fits its place at 1280 px (``_room``), and exported at that size,
+    so the PNG has the screen's aspect ratio by construction."""
     collected = _current()
-    shown = figures.for_slides(fig) if presenting() else fig
-    st.plotly_chart(shown, config={"toImageButtonOptions": {"format": "png", "scale": export.SCALE,
-                                                            "filename": export.file_name(name)}})
+    shown = figures.fitted(figures.for_slides(fig) if presenting() else fig, _room())
+    st.plotly_chart(shown, width=shown.layout.width, config={"toImageButtonOptions": {
+        "format": "png", "scale": export.SCALE, "filename": export.file_name(name)}})
     if collected is not None:
-        collected.figures[name] = shown  # exports match the screen: slide-sized type in presentation mode
+        collected.figures[name] = shown  # exports match the screen: its size, and slide-sized type when presenting
         collected.snippets[name] = snippet(collected, code, using)
+
+
+SLIDE_ROWS = 8  # a table's rows on one slide at slide-sized type
 
 
 def table(frame: pd.DataFrame, name: str, static: bool = False, **options) -> None:
     """``st.dataframe`` of ``frame`` (``st.table`` where ``static``: sentences read whole, not in cells to
-    scroll), collected for the section's CSV export."""
-    if static:
+    scroll), collected for the part's CSV export. In presentation mode every table is an HTML table, whose type the
+    slide's style can set (a data grid draws its own), cut to its first SLIDE_ROWS rows with a note."""
+    if presenting():
+        st.table(frame.head(SLIDE_ROWS), hide_index=True)
+        if len(frame) > SLIDE_ROWS:
+            st.caption(f"The first {SLIDE_ROWS} of {len(frame)} rows; Export this section has them all (CSV).")
+    elif static:
         st.table(frame.set_index(frame.columns[0]))
     else:
         st.dataframe(frame, hide_index=True, **options)
@@ -206,7 +208,9 @@ def _export_menu(collected: Collected) -> None:
         for name, fig in collected.figures.items():
             st.markdown(f"**{figures.plain(name)}**")
             png, svg = st.columns(2)
-            png.download_button(f"PNG ({export.SCALE}×)", lambda fig=fig: export.png(fig), export.file_name(name) + ".png",
+            width, height = export.size(fig)  # the screen's size: the PNG keeps its aspect ratio, at SCALE × its pixels
+            png.download_button(f"PNG, {width * export.SCALE} × {height * export.SCALE} px", lambda fig=fig: export.png(fig),
+                                export.file_name(name) + ".png",
                                 "image/png", key=f"png {collected.title} {name}", on_click="ignore", disabled=bool(reason))
             svg.download_button("SVG", lambda fig=fig: export.svg(fig), export.file_name(name) + ".svg", "image/svg+xml",
                                 key=f"svg {collected.title} {name}", on_click="ignore", disabled=bool(reason))
@@ -267,49 +271,81 @@ def snippet(collected: Collected, code: str, using: Callable | None = None) -> s
 # Questions
 
 
-def predict(key: str, question: str, options: list[str], answer: str, why: str) -> None:
-    """Predict, then reveal: the student picks an option first; the answer shown is the one this run computed,
-    so it stays true when the model or the sizes change."""
-    assert answer in options, (answer, options)
+def _asked(key: str, question: str, options: list[str]) -> bool:
+    """Whether the question ``key`` is revealed; a new question under that key (other settings, another model)
+    starts unrevealed, so its evidence is hidden again."""
+    asked = (question, tuple(options))
+    if st.session_state.get(f"asked {key}") != asked:
+        st.session_state[f"asked {key}"] = asked
+        st.session_state[f"reveal {key}"] = False
+    return st.session_state[f"reveal {key}"]
+
+
+def _reveal_button(key: str, label: str) -> bool:
+    """The teacher's Reveal, as visible as the question; once revealed, a quiet button hides the answer again."""
+    def flip(to: bool) -> None:
+        st.session_state[f"reveal {key}"] = to
+
+    revealed = st.session_state[f"reveal {key}"]
+    st.button("Hide the answer" if revealed else label, key=f"reveal button {key}", on_click=flip, args=(not revealed,),
+              type="tertiary" if revealed else "primary", icon=None if revealed else ":material/visibility:")
+    return revealed
+
+
+def predict(key: str, question: str, options: list[str], accepted: Collection[str], why: str) -> bool:
+    """Predict, then reveal. ``accepted`` is the set of options that the rule the reveal states computes on this
+    run (every head the ablation breaks, the bin holding the value), so the grading follows the model and the
+    sizes. Returns whether the evidence that answers the question may be drawn: once it is revealed, or at once in
+    reading mode (the question folded above it)."""
+    assert accepted and set(accepted) <= set(options), (accepted, options)
+    revealed = _asked(key, question, options)
     with _question_box():
         st.markdown(f"**Predict, then reveal.** {question}")
-        guess = st.radio("your prediction", options, index=None, key=f"predict {key}", horizontal=True)
-        if guess is None:  # new options (another model) drop an old guess: the answer hides until the next one
-            st.session_state[f"reveal {key}"] = False
-        if st.toggle("Reveal the answer", key=f"reveal {key}", disabled=guess is None,
-                     help="Pick a prediction first." if guess is None else None):
-            mark = ":green[**✓ as you predicted**]" if guess == answer else ":red[**✗ not what you predicted**]"
-            st.markdown(f"This run: **{answer}** {mark}. {why}")
+        kept = st.session_state.get(f"guess {key}")
+        if revealed and presenting():  # a revealed slide keeps its room for the evidence: the options fold away
+            guess = kept if kept in options else None
+        else:
+            guess = st.radio("your prediction", options, options.index(kept) if kept in options else None,
+                             key=f"predict {key}", horizontal=True)
+            st.session_state[f"guess {key}"] = guess
+        if _reveal_button(key, "Reveal the answer"):
+            st.markdown(answer_line(guess, accepted, why))
+            revealed = True
+    return revealed or reading()
 
 
-def exercise(key: str, task: str, options: list[str], correct: Collection[str], why: str) -> None:
-    """An exercise with a checked answer: ``correct`` is computed from the live model, so the check follows it."""
+def answer_line(guess: str | None, accepted: Collection[str], why: str) -> str:
+    """The revealed answer: every accepted option, the student's guess graded against them, and the reason."""
+    mark = ("" if guess is None else " :green[**✓ as you predicted**]" if guess in accepted
+            else " :red[**✗ not what you predicted**]")
+    return f"This run: **{', '.join(accepted)}**{mark}. {why}"
+
+
+def ask(key: str, question: str, options: list[str]) -> str | None:
+    """A prediction asked before the run that answers it (the Train page's): the guess, for ``answer_line`` once
+    the run is done."""
+    with _question_box():
+        st.markdown(f"**Predict, then run.** {question}")
+        return st.radio("your prediction", options, index=None, key=f"predict {key}", horizontal=True)
+
+
+def exercise(key: str, task: str, options: list[str], correct: Collection[str], why: str) -> bool:
+    """An exercise with a checked answer: ``correct`` is computed from the live model, so the check follows it.
+    Returns whether the evidence that answers it may be drawn: once the answer is shown, or in reading mode."""
+    revealed = _asked(key, task, options)
     with _question_box():
         st.markdown(f"**Exercise.** {task}")
         answer = st.selectbox("your answer", options, index=None, key=f"exercise {key}", placeholder="choose…")
         if answer is not None:
             st.markdown(":green[**✓ right**]" if answer in correct else ":red[**✗ not this one: try again**]")
-        if st.toggle("Show the answer", key=f"solution {key}"):
+        if _reveal_button(key, "Show the answer"):
             st.markdown(f"**{', '.join(correct) or 'none here'}**. {why}")
+            revealed = True
+    return revealed or reading()
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The shell's controls: presentation mode and the link to this view
-
-
-def linked_present() -> bool:
-    """Whether the page's link asks for presentation mode (``?present=true``, or the short ``?present=1``), read
-    before the toggle is drawn: the app collapses the sidebar from it."""
-    return st.query_params.get(PRESENT, "").lower() in ("1", "true")
-
-
-def presentation_toggle() -> None:
-    """The toggle at the top of every page, bound to ``?present=``; a link's ``present=1`` reads as true."""
-    if st.query_params.get(PRESENT) == "1":  # the short form: the widget reads the corrected link on a rerun
-        st.query_params[PRESENT] = "true"
-        st.rerun()
-    st.toggle("Presentation mode", False, key=PRESENT, bind="query-params",
-              help="One section per screen, large figure fonts, every token label; the prose folds into Notes.")
+# The link to this view
 
 
 def view_link() -> str:
@@ -320,8 +356,9 @@ def view_link() -> str:
 
 
 def copy_link(where: DeltaGenerator) -> None:
-    """"Copy link to this view": the address in a code box, whose copy button puts it on the clipboard."""
-    with where.popover("Copy link to this view", icon=":material/link:"):
+    """"Copy link to this view" ("Link" on a slide): the address in a code box, whose copy button puts it on the
+    clipboard."""
+    with where.popover("Link" if presenting() else "Copy link to this view", icon=":material/link:", width="stretch"):
         st.code(view_link(), language=None, wrap_lines=True)
         st.caption("Every setting that differs from a fresh session is in it: the model, sizes, layer, head, prompt, "
                    "section and presentation mode. A trained model's link works for everyone on this server until "

@@ -9,19 +9,20 @@ import streamlit as st
 
 from mechlib import checks, circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
-from sections import beside, exercise, figure, metric, predict, prose, record, show, table
+from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, table
 from shell import check_line, current_model, literal, section, select_slider, selectbox, slider, verdict
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
 PATH_TOKENS = 8  # random ids the path expansion reads when a model has no tokenizer
-JUMP_RANGES = 5  # the phase-change question's options: the checkpoints in this many ranges of steps
+JUMP_RANGES = 5  # the phase-change question's options: the checkpoints cut into this many ranges of steps
 NONE = "none of them"
 
 
 def section_model(zoo_name: str, fits, why: str) -> tuple[tuple, object, str]:
     """(cache key, model, name as Markdown) of the section's model: the zoo's, or the sidebar's when ``fits(model)``."""
-    choice = st.radio("model for this section", [f"zoo: {zoo_name}", "the sidebar's model"], index=0,
-                      key=f"c_model_{zoo_name}", bind="query-params", horizontal=True)
+    with controls():
+        choice = st.radio("model for this section", [f"zoo: {zoo_name}", "the sidebar's model"], index=0,
+                          key=f"c_model_{zoo_name}", bind="query-params", horizontal=True)
     if choice == "the sidebar's model":
         key, model = current_model()
         if fits(model):
@@ -49,18 +50,13 @@ def snapshot_at(step: int, seed: int) -> induction.Snapshot:
     return induction.snapshot(zoo.load_snapshot(PHASE_MODEL, step), seed)
 
 
-def step_ranges(steps: list[int]) -> list[tuple[int, int]]:
-    """The checkpoints' steps cut into JUMP_RANGES ranges that share their ends: (first step, last step) each."""
-    return [(steps[chunk[0]], steps[chunk[-1] + 1]) for chunk in np.array_split(np.arange(len(steps) - 1), JUMP_RANGES)
-            if len(chunk)]
-
-
 st.title("Circuits")
 prose("This page reads the zoo's attention-only models straight from their weights: what a model with no layers can "
       "know, what one layer of heads adds, and how two layers build an induction head. Each section starts on the zoo "
       "model it names; switch it to the sidebar's model where that fits.")
-chosen = st.radio("section", ["zero layers", "one layer", "two layers", "the phase change"], index=0, key="section",
-                  bind="query-params", horizontal=True)
+with controls():
+    chosen = st.radio("section", ["zero layers", "one layer", "two layers", "the phase change"], index=0,
+                      key="section", bind="query-params", horizontal=True)
 seed = st.session_state["seed"]
 
 if chosen == "zero layers":
@@ -70,7 +66,8 @@ if chosen == "zero layers":
     reading(name)
     z = section(circuits.zero_layer, key, model)
     label = dict(zip(z.ids, z.labels))
-    current = selectbox("current token", z.ids, "z_token", label.__getitem__)
+    with controls():
+        current = selectbox("current token", z.ids, "z_token", label.__getitem__, z.ids.index(z.example))
 
     def bigram_table() -> None:
         z = section(circuits.zero_layer, key, model)
@@ -98,12 +95,12 @@ if chosen == "zero layers":
         row = z.next_tokens[z.ids.index(current)]
         top, p, corpus_top, q = (row["model's next token"][0], row["model probability"][0],
                                  row["corpus's next token"][0], row["corpus probability"][0])
-        predict("bigram", f"Which token does the bigram table W_E W_U + b_U predict after '{literal(label[current])}'?",
-                sorted(literal(t) for t in row["model's next token"][:4]), literal(top),
+        if predict("bigram", f"Which token does the bigram table W_E W_U + b_U predict after '{literal(label[current])}'?",
+                   sorted(literal(t) for t in row["model's next token"][:4]), [literal(top)],
                 f"Row '{literal(label[current])}' of softmax(W_E W_U + b_U) puts **{p:.3f}** on '{literal(top)}'; in "
                 f"the corpus, '{literal(corpus_top)}' follows it most often ({q:.3f}). Another current token, or "
-                "another model, can answer differently.")
-        table(pd.DataFrame(row).round(3), f"next tokens after {label[current]}")
+                "another model, can answer differently."):
+            table(pd.DataFrame(row).round(3), f"next tokens after {label[current]}")
 
     def side_by_side() -> None:
         z = section(circuits.zero_layer, key, model)
@@ -127,17 +124,21 @@ elif chosen == "one layer":
     key, model, name = section_model("attn-only-1l", lambda m: m.cfg.n_layers >= 1 and m.cfg.d_vocab > 2,
                                      "it needs at least one layer, and a token besides <bos> and <unk>")
     reading(name)
-    head = slider("head", 0, model.cfg.n_heads - 1, 0, key="c_head")
-    if model.tokenizer:
-        prompt = st.text_input("prompt for the path expansion", "the class of an object is its type . the class of",
-                               key="c_prompt", bind="query-params")
-        ids = data.prompt_ids(model.tokenizer, prompt, model.cfg.n_ctx).ids
-    else:
-        ids = data.random_ids(model.cfg.d_vocab, min(PATH_TOKENS, model.cfg.n_ctx), seed)
+    with controls():
+        head = slider("head", 0, model.cfg.n_heads - 1, 0, key="c_head")
+        words = model.tokenizer is not None and st.toggle(  # on by default in either mode: a link shows the same tables
+            "words only", True, key="c_words", bind="query-params",
+            help="The tables' tokens: the most frequent words (letters only), or every frequent token, punctuation too.")
+        if model.tokenizer:
+            prompt = st.text_input("prompt for the path expansion", "the class of an object is its type . the class of",
+                                   key="c_prompt", bind="query-params")
+            ids = data.prompt_ids(model.tokenizer, prompt, model.cfg.n_ctx).ids
+        else:
+            ids = data.random_ids(model.cfg.d_vocab, min(PATH_TOKENS, model.cfg.n_ctx), seed)
     head_name = circuits.head_label(0, head)
 
     def qk_and_ov() -> None:
-        o = section(circuits.one_layer, key, model, head, ids)
+        o = section(circuits.token_tables, key, model, 0, head, words)
         if model.cfg.n_layers > 1:
             prose("Layer 0's heads are read; with more layers, later ones also act on them, so the one-layer reading "
                   "is the direct part only.")
@@ -145,6 +146,11 @@ elif chosen == "one layer":
               "W_QK = W_Q W_Kᵀ (the reading's W_p, the pattern weight matrix), scores how much a destination token "
               "attends to a source token. OV: W_E W_OV W_U says which output logits a source token raises when "
               "attended to.")
+        st.markdown(f"The {len(o.labels)} {'words' if words else 'tokens'} of the {o.candidates} most frequent that "
+                    f"{head_name} copies most readily: attending to each raises its own logit among the top "
+                    f"**{max(o.copy_ranks) + 1}** of all {model.cfg.d_vocab:,} tokens. A head that does not copy would "
+                    f"reach only about the top **{o.chance_rank:.0f}** with its best {len(o.labels)}.")
+        record("copy rank of the tables' tokens", f"top {max(o.copy_ranks) + 1}, chance about {o.chance_rank:.0f}")
         left, right = beside(2)
         for col, (field, title, x, y, value) in zip((left, right), [
                 ("qk", f"QK circuit of {head_name}: W_E W_QK W_Eᵀ (W_QK = W_p)", "source token", "destination token",
@@ -158,24 +164,25 @@ elif chosen == "one layer":
                        f"{y!r}, {value!r})")
 
     def trigrams() -> None:
-        o = section(circuits.one_layer, key, model, head, ids)
+        o = section(circuits.token_tables, key, model, 0, head, words)
         prose("Each row is a skip-trigram read off the two circuits: the destination attends to the source (QK), and "
               "attending to the source raises the output (OV), whatever lies between them.")
         table(pd.DataFrame([{"skip-trigram": f"{s} … {d} → {out}", "QK score": round(q, 2), "OV logit": round(v, 2)}
                             for s, d, out, q, v in o.trigrams]), f"skip-trigrams of {head_name}")
 
     def copying() -> None:
-        o = section(circuits.one_layer, key, model, head, ids)
+        o = section(circuits.one_layer, key, model, ids)
         prose("A head copies when attending to a token raises that same token's logit: its OV circuit W_E W_OV W_U "
               "then has eigenvalues with a positive real part. The copying score, Σ Re λ / Σ |λ|, is 1 for a pure "
               "copier and −1 for its opposite.")
         values = o.eigenvalues[head_name]
         copies = bool(o.copying[head] > o.copying_bar)
-        predict(f"copying {head_name}", f"Is {head_name} copying (its copying score above what a random head reaches)?",
-                ["yes", "no"], "yes" if copies else "no",
+        if not predict(f"copying {head_name}", f"Is {head_name} copying (its copying score above what a random head "
+                       "reaches)?", ["yes", "no"], ["yes" if copies else "no"],
                 f"{int((values.real > 0).sum())} of its {len(values)} OV eigenvalues have a positive real part; its "
                 f"copying score is **{o.copying[head]:.3f}** against **{o.copying_bar:.3f}** for random heads of these "
-                f"sizes ({len(o.copying)} heads tested at once).")
+                f"sizes ({len(o.copying)} heads tested at once)."):
+            return
         left, right = beside([3, 2])
         with left:
             figure(figures.eigenvalues_plot(o.eigenvalues), "OV eigenvalues",
@@ -190,7 +197,7 @@ elif chosen == "one layer":
         record("heads that copy", f"{o.copiers} of {len(o.copying)}")
 
     def paths() -> None:
-        o = section(circuits.one_layer, key, model, head, ids)
+        o = section(circuits.one_layer, key, model, ids)
         if o.path_check is None:
             st.info("Path expansion is exact only without LayerNorm; this model has it, so the paths are not shown.")
             return
@@ -249,12 +256,13 @@ elif chosen == "two layers":
         figure(figures.patterns_grid(t.patterns, title), "patterns on a repeated sequence",
                f"fig = figures.patterns_grid(result.patterns, {title!r})")
         prev = t.scores["prev_token"].flatten()
-        exercise("previous-token head", "Find the previous-token head in this model: a head that puts at least "
+        if not exercise("previous-token head", "Find the previous-token head in this model: a head that puts at least "
                  f"{checks.PREV_TOKEN_MIN} of its attention on the position just before the query. Read the patterns "
-                 "above.", t.heads + [NONE], t.previous_token_heads or [NONE],
+                 "in this section.", t.heads + [NONE], t.previous_token_heads or [NONE],
                  f"Mean attention to the previous position over a batch of repeated sequences: the highest, "
                  + ", ".join(f"{h} **{s:.2f}**" for h, s in sorted(zip(t.heads, prev), key=lambda p: -p[1])[:3])
-                 + f". A previous-token head scores {checks.PREV_TOKEN_MIN} or more.")
+                 + f". A previous-token head scores {checks.PREV_TOKEN_MIN} or more."):
+            return
         table(pd.DataFrame({"head": t.heads, "previous-token": prev.round(3),
                             "duplicate-token": t.scores["duplicate_token"].flatten().round(3),
                             "induction (prefix matching)": t.scores["induction"].flatten().round(3)}), "head scores")
@@ -265,13 +273,14 @@ elif chosen == "two layers":
 
     def the_circuit() -> None:
         c = section(induction.two_layers, key, model, seed).circuit
-        predict("ablation", f"Set the output of {c.previous}, the best previous-token head (score "
-                f"{c.previous_score:.2f}), to zero. Which later head's induction score will the ablation break?",
-                list(c.ablation) + [NONE], c.broken or NONE,
+        if not predict("ablation", f"Set the output of {c.previous}, the best previous-token head (score "
+                       f"{c.previous_score:.2f}), to zero. Which later head's induction score will the ablation break? "
+                       "(Several can.)", list(c.ablation) + [NONE], c.broken or [NONE],
                 "Induction scores before → after the ablation: "
                 + "; ".join(f"{h} {before:.2f} → {after:.2f}" for h, (before, after) in c.ablation.items())
                 + f". A head breaks when it is an induction head (≥ {checks.INDUCTION_MIN}) whose score falls by "
-                f"{checks.ABLATION_DROP_MIN:.0%} or more; the largest fall answers.")
+                f"{checks.ABLATION_DROP_MIN:.0%} or more; every head that breaks is a right answer."):
+            return
         if c.found:
             st.markdown(
                 f"**The circuit, as found in {name}.** {c.previous} is a previous-token head (score {c.previous_score:.2f}): "
@@ -299,23 +308,25 @@ elif chosen == "two layers":
 
 else:
     steps = zoo.snapshot_steps(PHASE_MODEL)
-    step = select_slider("training step", steps, steps[-1], key="c_step")
 
     def training() -> None:
         prose("The zoo's two-layer model saved during its training: the induction heads form suddenly, and in the same "
               "steps the context starts to help the loss.")
-        figure(figures.training_curves(zoo.history(PHASE_MODEL), step), "training curves",
-               f"fig = figures.training_curves(zoo.history({PHASE_MODEL!r}), {step!r})")
         every = checkpoints()
-        (before, after), ranges = every.jump, step_ranges(every.steps)
+        (before, after), bins = every.jump, every.bins(JUMP_RANGES)
         rises = np.diff(every.induction)
         i = every.steps.index(before)
-        options = [f"{a:,}–{b:,}" for a, b in ranges]
-        predict("jump", f"Around which training step does the best induction score of {PHASE_MODEL} jump?", options,
-                next(o for o, (a, b) in zip(options, ranges) if a <= before and after <= b),
-                f"Between the checkpoints at steps {before:,} and {after:,} it rises from **{every.induction[i]:.2f}** "
-                f"to **{every.induction[i + 1]:.2f}**; no other pair of consecutive checkpoints rises by more than "
-                f"{np.delete(rises, i).max(initial=0.0):.2f}.")
+        options = [f"{a:,} to {b:,}" for a, b in bins]
+        if not predict("jump", f"Between which training steps does the best induction score of {PHASE_MODEL} jump? "
+                       "(Each range holds the checkpoints saved in it.)", options, [options[every.jump_bin(JUMP_RANGES)]],
+                       f"Between the checkpoints at steps {before:,} and {after:,} it rises from "
+                       f"**{every.induction[i]:.2f}** to **{every.induction[i + 1]:.2f}**, so the checkpoint at step "
+                       f"{after:,} is the first past the jump; no other pair of consecutive checkpoints rises by more "
+                       f"than {np.delete(rises, i).max(initial=0.0):.2f}."):
+            return
+        marked = st.session_state.get("c_step", steps[-1])  # the next part's slider
+        figure(figures.training_curves(zoo.history(PHASE_MODEL), marked), "training curves",
+               f"fig = figures.training_curves(zoo.history({PHASE_MODEL!r}), {marked!r})")
         st.markdown(f"No checkpoint has an induction head (best score ≥ {checks.INDUCTION_MIN})." if every.formed_at is None
                     else f"An induction head (best score ≥ {checks.INDUCTION_MIN}) first appears at step "
                          f"**{every.formed_at:,}**.")
@@ -324,6 +335,7 @@ else:
               "scores per checkpoint", height=240)
 
     def at_step() -> None:
+        step = select_slider("training step", steps, steps[-1], key="c_step")
         every, snap = checkpoints(), snapshot_at(step, seed)
         (prev_head, prev_score), (ind_head, ind_score) = snap.best_previous, snap.best_induction
         st.markdown(f"At step {step:,}: best previous-token score **{prev_score:.2f}** ({prev_head}), best induction "

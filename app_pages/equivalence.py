@@ -72,30 +72,31 @@ def step_table() -> None:
           "shape (H = 1 at steps 5–7 and 8′), the next column has all H heads at once. Step 6a is our addition: the "
           "reading skips scaling and masking. Steps 8′ and 9′ are its additive reading, which replaces 8 and 9; both "
           "endings start from the same z.")
-    exercise("step 6", f"Predict the shape of the scores Q Kᵀ at step 6 for all H = {n_heads} heads at once "
+    if exercise("step 6", f"Predict the shape of the scores Q Kᵀ at step 6 for all H = {n_heads} heads at once "
                        f"(B = {batch}, S = {seq}, D = {d_model}, d_head = {d_head}).",
              equivalence.scores_shape_options(batch, seq, d_model, n_heads), [step6["all heads"]],
              "Each head multiplies its Q (S × d_head) by its Kᵀ (d_head × S): one S × S matrix of scores per head, "
              f"H of them per batch item, B × H × S × S = {step6['all heads']}. The reading writes one head's, "
-             f"{step6['as the reading writes it']}.")
-    table(pd.DataFrame(rows), "steps")
+             f"{step6['as the reading writes it']}."):
+        table(pd.DataFrame(rows), "steps")
 
 
 def both_readings() -> None:
     other = "float64" if dtype == "float32" else "float32"
     diff, other_diff = result.checks[dtype].max_abs_diff, result.checks[other].max_abs_diff
-    predict("float", f"Concat-then-project and the per-head sum add the same {d_model} products into each output "
+    if not predict("float", f"Concat-then-project and the per-head sum add the same {d_model} products into each output "
                      f"entry, in different orders. Computed in {dtype}, will they differ? By how much, at most, over all "
                      f"{batch} × {seq} × {d_model} entries?",
-            list(equivalence.DIFFERENCES), equivalence.difference_bucket(diff),
+            list(equivalence.DIFFERENCES), [equivalence.difference_bucket(diff)],
             f"The largest |difference| in {dtype} is {diff:.1e}; in {other} the same sums differ by {other_diff:.1e} "
             f"({equivalence.difference_bucket(other_diff)}). Every addition rounds to {dtype}'s precision (machine "
             f"epsilon {np.finfo(dtype).eps:.1e}), " + ("so adding in another order changed the last bits here."
-                                                      if diff > 0 else "yet here both orders rounded alike."))
+                                                      if diff > 0 else "yet here both orders rounded alike.")):
+        return
     for name in sorted(result.checks):
         st.markdown(check_line(f"Σ heads against concat → W_O in {name}, over all {batch} × {seq} × {d_model} "
                                "entries (batch × position × d_model)", result.checks[name]))
-    left, right = beside(2)
+    left, right = st.columns(2)
     metric(left, f"concat → W_O, {dtype}", f"{result.time_ms['concat_then_project']:.3f} ms",
            help="Median of 5 runs of concat_then_project(z, W_O).")
     metric(right, f"per head → Σ, {dtype}", f"{result.time_ms['per_head_then_sum']:.3f} ms",
@@ -108,11 +109,11 @@ def one_hot() -> None:
           f"of the product adds {d_vocab:,} products, one of them 1 × w and the rest 0 × w, so each row of the "
           "product picks exactly one row of W_E.")
     check = result.lookups[dtype]
-    if check is not None:
-        predict("one-hot", f"In {dtype}, how far apart are one-hot @ W_E and the lookup W_E[tokens], at most?",
-                list(equivalence.DIFFERENCES), equivalence.difference_bucket(check.max_abs_diff),
+    if check is not None and not predict("one-hot", f"In {dtype}, how far apart are one-hot @ W_E and the lookup W_E[tokens], at most?",
+                list(equivalence.DIFFERENCES), [equivalence.difference_bucket(check.max_abs_diff)],
                 f"The largest |difference| is {check.max_abs_diff:.1e}. 1 × w and 0 × w are exact in any precision, "
-                f"and so is adding {d_vocab - 1:,} zeros to w: no addition here rounds.")
+                f"and so is adding {d_vocab - 1:,} zeros to w: no addition here rounds."):
+        return
     for name, check in result.lookups.items():
         if check is None:
             macs = batch * seq * d_vocab * d_model
@@ -128,12 +129,12 @@ def one_hot() -> None:
 def wo_rows() -> None:
     head, local = equivalence.wo_row_owner(row, d_head)
     options = equivalence.row_owner_options(row, n_heads, d_head)
-    if len(options) > 1:
-        predict("row", f"Row {row} of the concatenated W_O ({d_model} × {d_model}): which head's block holds it, and "
-                       "which row of that block? (Heads and rows count from 0.)", options, f"head {head}, row {local}",
+    if len(options) > 1 and not predict("row", f"Row {row} of the concatenated W_O ({d_model} × {d_model}): which head's block holds it, and "
+                       "which row of that block? (Heads and rows count from 0.)", options, [f"head {head}, row {local}"],
                 f"Concatenation lays out head 0's {d_head} numbers first, then head 1's, and so on, and W_O's rows "
                 f"follow that order: row {row} is in block {row} // {d_head} = {head}, at its row {row} mod {d_head} = "
-                f"{local}. The check below reads the matrix off concat_then_project itself.")
+                f"{local}. The check below reads the matrix off concat_then_project itself."):
+        return
     block = check_line("Every row of the matrix that concat → W_O multiplies (read off `concat_then_project` itself) "
                        "against that row of the block the per-head path uses", result.wo_block_check)
     st.markdown(f"Row **{row}** belongs to head **{row} // {d_head} = {head}**, as row **{row} mod {d_head} = {local}** "
@@ -145,14 +146,14 @@ def wo_rows() -> None:
 def per_position() -> None:
     total_norm = float(np.linalg.norm(result.head_results.sum(0)))
     norms = result.head_norms
-    if n_heads > 1:
-        predict("length", f"At position {position}, the attention output is the sum of the {n_heads} heads' vectors "
+    if n_heads > 1 and not predict("length", f"At position {position}, the attention output is the sum of the {n_heads} heads' vectors "
                           f"result_h ({d_model} numbers each). How long is the sum, ‖Σ_h result_h‖?",
-                list(equivalence.LENGTHS), equivalence.output_length(norms, total_norm),
+                list(equivalence.LENGTHS), [equivalence.output_length(norms, total_norm)],
                 f"‖Σ_h result_h‖ = {total_norm:.3f}. The heads' lengths run from {norms.min():.3f} to {norms.max():.3f}; "
                 f"at right angles they would add to √(Σ_h ‖result_h‖²) = {np.sqrt((norms**2).sum()):.3f}, all "
                 f"pointing one way to Σ_h ‖result_h‖ = {norms.sum():.3f}. Vectors add with their directions, so the "
-                "sum's length tells how the heads' directions relate.")
+                "sum's length tells how the heads' directions relate."):
+        return
     left, right = beside(2)
     with left:
         figure(figures.head_norms_bar(norms, total_norm, position), "each head's length",
@@ -176,11 +177,12 @@ def one_element() -> None:
           "[i, j], and the runs' partial sums add up to the one long sum: that is all the equivalence says.")
     largest = equivalence.largest_partial(element.partial_sums)
     ranked = np.argsort(-np.abs(element.partial_sums))
-    predict("largest", f"Of the {n_heads} partial sums that make R[{position}, {column}], which head's is largest in "
-                       "magnitude?", [f"head {h}" for h in range(n_heads)], f"head {largest}",
+    if not predict("largest", f"Of the {n_heads} partial sums that make R[{position}, {column}], which head's is largest in "
+                       "magnitude?", [f"head {h}" for h in range(n_heads)], [f"head {largest}"],
             f"Head {largest}'s partial sum is {element.partial_sums[largest]:+.4f}"
             + (f"; next comes head {ranked[1]}'s, {element.partial_sums[ranked[1]]:+.4f}" if n_heads > 1 else "")
-            + f". R[{position}, {column}] = {element.output:+.4f}.")
+            + f". R[{position}, {column}] = {element.output:+.4f}."):
+        return
     figure(figures.element_terms(element.terms, element.partial_sums, position, column), "terms of one element",
            f"{RUN}\nelement = equivalence.element(result, {position}, {column})\n"
            f"fig = figures.element_terms(element.terms, element.partial_sums, {position}, {column})")

@@ -1,66 +1,70 @@
 """The start page: what the lab teaches and how it differs from feature attribution, the lesson path with
 minutes for a 50-minute class and a two-hour lab, one link per page, and what model each page runs."""
 
-import pandas as pd
 import streamlit as st
 
 import lessons
 from mechlib import analogy, copying
-from sections import prose
+from sections import presenting, prose
+
+def lesson_path() -> None:
+    """Each step as a link that opens its page at its first stop, with its minutes and what the class does."""
+    for number, step in enumerate(lessons.STEPS, 1):
+        minutes = f"{step.class_minutes} min in class" if step.class_minutes else "lab only"
+        st.page_link(step.page, label=f"Step {number}: {step.topic} ({minutes}, {step.lab_minutes} min in the lab)",
+                     query_params=step.stops[0] or None, icon=":material/arrow_forward:")
+        if not presenting():
+            st.caption(f"{step.activity} Readings {', '.join(step.readings)}.")
+
 
 st.title("Addition Machines")
-prose(
-    "A lab for the mathematical framework of transformer circuits. Every page runs a real model on this server "
-    "and checks its claims on screen: a green mark is a check that came out true here, on the model named beside "
-    "each page below, and would show red if it did not."
-)
+if presenting():  # the title slide: the lesson's steps on the first screen; Next opens the first
+    st.markdown(f"**Transformer circuits, computed live.** A {lessons.CLASS_MINUTES}-minute class in "
+                f"{len(lessons.STEPS)} steps; **Next** walks every slide of every step.")
+    lesson_path()
+else:
+    prose(
+        "A lab for the mathematical framework of transformer circuits. Every page runs a real model on this server "
+        "and checks its claims on screen: a green mark is a check that came out true here, on the model named beside "
+        "each page below, and would show red if it did not."
+    )
 
-st.subheader("Which feature, or which mechanism?")
-prose(
-    "Feature-attribution methods such as **SHAP** (Shapley values: each input feature's fair share of one "
-    "prediction) and **LIME** (a simple surrogate model fitted around one input) treat the network as a black "
-    "box and answer *which input mattered most?*. Mechanistic interpretability opens the box and asks *which "
-    "internal component computes what, and how?*: which head moves which information, which matrix decides "
-    "where it looks, which two heads compose into an algorithm. The pages below take that second question "
-    "literally: attention is a sum of per-head terms, each head a pattern times messages, the residual stream "
-    "a ledger those terms add to, and a few heads together a circuit you can find, ablate and watch form."
-)
+    st.subheader("A lesson path")
+    prose(f"Each step opens its page at the right section. The {lessons.CLASS_MINUTES}-minute class keeps to the core; "
+          f"the {lessons.LAB_MINUTES}-minute lab adds training and the LSTM analogy. Turn on **Present** (top of every "
+          "page) to show one slide per screen: **Next** then walks every slide of the lesson, page after page. Questions "
+          "hide their evidence until **Reveal**; **Reading mode** shows everything at once for studying alone. Every "
+          "page has **Copy link to this view** for the class to follow.")
+    lesson_path()
+    st.caption("Readings: " + "; ".join(f"**{key}** {title}" for key, title in lessons.READINGS.items()) + ".")
 
-st.subheader("A lesson path")
-prose(f"Each step opens its page at the right section. The {lessons.CLASS_MINUTES}-minute class keeps to the core; "
-      f"the {lessons.LAB_MINUTES}-minute lab adds training and the LSTM analogy. Turn on **Presentation mode** "
-      "(top of every page) to show one section per screen; every page has **Copy link to this view** for the "
-      "class to follow.")
-st.dataframe(pd.DataFrame({
-    "step": range(1, len(lessons.STEPS) + 1),
-    "topic": [step.topic for step in lessons.STEPS],
-    "readings": [", ".join(step.readings) for step in lessons.STEPS],
-    f"class ({lessons.CLASS_MINUTES} min)": [f"{step.class_minutes} min" if step.class_minutes else "lab only"
-                                            for step in lessons.STEPS],
-    f"lab ({lessons.LAB_MINUTES} min)": [f"{step.lab_minutes} min" for step in lessons.STEPS],
-    "what the class does": [step.activity for step in lessons.STEPS],
-}), hide_index=True, column_config={"what the class does": st.column_config.TextColumn(width="large")})
-for number, step in enumerate(lessons.STEPS, 1):
-    st.page_link(step.page, label=f"Step {number}: {step.topic}", query_params=step.query or None,
-                 icon=":material/arrow_forward:")
-st.caption("Readings: " + "; ".join(f"**{key}** {title}" for key, title in lessons.READINGS.items()) + ".")
+    st.subheader("Which feature, or which mechanism?")
+    prose(
+        "Feature-attribution methods such as **SHAP** (Shapley values: each input feature's fair share of one "
+        "prediction) and **LIME** (a simple surrogate model fitted around one input) treat the network as a black "
+        "box and answer *which input mattered most?*. Mechanistic interpretability opens the box and asks *which "
+        "internal component computes what, and how?*: which head moves which information, which matrix decides "
+        "where it looks, which two heads compose into an algorithm. The pages below take that second question "
+        "literally: attention is a sum of per-head terms, each head a pattern times messages, the residual stream "
+        "a ledger those terms add to, and a few heads together a circuit you can find, ablate and watch form."
+    )
 
-st.subheader("The pages")
-SIDEBAR = "Runs on the model chosen in the sidebar."
-for page, what, runs_on in [
-    ("app_pages/equivalence.py", "multi-head attention's concat-then-project is a sum of per-head terms",
-     "Runs on its own random attention layer, sized by the page's sliders and drawn from the sidebar's seed; "
-     "the sidebar's model is not used."),
-    ("app_pages/patterns.py", "a head is a pattern (W_QK: where to look) times messages (W_OV: what moves)", SIDEBAR),
-    ("app_pages/residual.py", "every component reads the residual stream and adds to it; the logit lens and direct "
-     "logit attribution", SIDEBAR),
-    ("app_pages/circuits.py", "zero-, one- and two-layer circuits, induction heads and how they form in training",
-     "Runs on a zoo model per section, or on the sidebar's model where it fits that section."),
-    ("app_pages/lstm.py", "the LSTM analogy: cell state and residual stream, gates and patterns, and where it breaks",
-     f"Runs on two zoo models trained on the same data, `{analogy.RNN}` and `{analogy.TRANSFORMER}`, and on the "
-     f"copying task's {', '.join(f'`{name}`' for name in copying.CONTROLS.values())}; the sidebar's model is not used."),
-    ("app_pages/train.py", "train a small transformer here and study it on the other pages",
-     "Trains a new model, one click for an induction head drawn as it forms; its link works for the whole class."),
-]:
-    st.page_link(page)
-    st.caption(f"{what}. {runs_on}")
+    st.subheader("The pages")
+    SIDEBAR = "Runs on the model chosen in the sidebar."
+    for page, what, runs_on in [
+        ("app_pages/equivalence.py", "multi-head attention's concat-then-project is a sum of per-head terms",
+         "Runs on its own random attention layer, sized by the page's sliders and drawn from the sidebar's seed; "
+         "the sidebar's model is not used."),
+        ("app_pages/patterns.py", "a head is a pattern (W_QK: where to look) times messages (W_OV: what moves)", SIDEBAR),
+        ("app_pages/residual.py", "every component reads the residual stream and adds to it; the logit lens and direct "
+         "logit attribution", SIDEBAR),
+        ("app_pages/circuits.py", "zero-, one- and two-layer circuits, induction heads and how they form in training",
+         "Runs on a zoo model per section, or on the sidebar's model where it fits that section."),
+        ("app_pages/lstm.py", "the LSTM analogy: cell state and residual stream, gates and patterns, and where it breaks",
+         f"Runs on two zoo models trained on the same data, `{analogy.RNN}` and `{analogy.TRANSFORMER}`, and on the "
+         f"copying task's {', '.join(f'`{name}`' for name in copying.CONTROLS.values())}; the sidebar's model is not used."),
+        ("app_pages/train.py", "train a small transformer here and study it on the other pages",
+         "Trains a new model, one click for an induction head drawn as it forms; its link works for the whole class."),
+    ]:
+        st.page_link(page)
+        st.caption(f"{what}. {runs_on}")

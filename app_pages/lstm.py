@@ -100,6 +100,14 @@ def gates_and_messages() -> None:
 
 
 def additive_update() -> None:
+    largest = int(np.argmax(view.step_shares))
+    if not predict("largest step", f"Of the {len(view.labels)} steps, which one left the most in the LSTM's final "
+                   "cell state, measured along ĉ_T?", list(analogy.STEPS_BACK), [analogy.largest_step(view.step_shares)],
+                   f"Step {largest} ('{literal(view.labels[largest])}') of {len(view.labels)}, with "
+                   f"{view.step_shares[largest]:.3f} of the final length {view.cell_norm:.3f}. Each later forget gate "
+                   f"multiplies what a step wrote, and their median here is {view.forget_median:.2f}. Other tokens "
+                   "can answer differently."):
+        return
     left, right = beside(2)
     with left:
         figure(figures.histogram(view.forget, "Forget-gate values over every step and cell", "f"), "forget gates",
@@ -123,13 +131,6 @@ def additive_update() -> None:
                                   total=view.resid_norm), "components in the final residual",
            VIEW + f'fig = figures.component_bars(result.component_shares, result.component_labels, {title!r}, '
                   '"length along x̂_final", total=result.resid_norm)')
-    largest = int(np.argmax(view.step_shares))
-    predict("largest step", f"Of the {len(view.labels)} steps, which one left the most in the LSTM's final cell "
-            "state, measured along ĉ_T?", list(analogy.STEPS_BACK), analogy.largest_step(view.step_shares),
-            f"Step {largest} ('{literal(view.labels[largest])}') of {len(view.labels)}, with "
-            f"{view.step_shares[largest]:.3f} of the final length {view.cell_norm:.3f}. Each later forget gate "
-            f"multiplies what a step wrote, and their median here is {view.forget_median:.2f}. Other tokens can "
-            "answer differently.")
 
 
 def analogy_breaks() -> None:
@@ -140,25 +141,33 @@ def analogy_breaks() -> None:
                         "direction by adding its negative", "attention moves information between positions",
                         "attention can reach any earlier token directly"],
     }), "where the analogy breaks", static=True)
+    record("components writing against x̂_final", str(len(view.cancelling)))
+    if not predict("cancelling", f"How many of the {len(view.component_labels)} components of {analogy.TRANSFORMER}'s "
+                   "final residual (last position) write against its direction x̂_final, cancelling part of what the "
+                   "others wrote?", [name for _, name in analogy.CANCEL_BANDS],
+                   [analogy.band(len(view.cancelling), analogy.CANCEL_BANDS)],
+                   f"{len(view.cancelling)}: " + (f"{', '.join(view.cancelling)}, {view.cancelled:.2f} along x̂_final "
+                                                  "in all." if view.cancelling else "every component adds along x̂_final.")
+                   + " Other tokens can answer differently."):
+        return
     if view.cancelling:
         st.markdown(f"Here {len(view.cancelling)} of {len(view.component_labels)} components write against "
                     f"x̂_final (the red bars of the additive update's last chart: {', '.join(view.cancelling)}), "
                     f"**{view.cancelled:.2f}** along it in all, against a final length of {view.resid_norm:.2f}.")
     else:
         st.markdown("Here no component writes against x̂_final: nothing was cancelled along it.")
-    record("components writing against x̂_final", str(len(view.cancelling)))
-    predict("cancelling", f"How many of the {len(view.component_labels)} components of {analogy.TRANSFORMER}'s final "
-            "residual (last position) write against its direction x̂_final, cancelling part of what the others "
-            "wrote?", [name for _, name in analogy.CANCEL_BANDS],
-            analogy.band(len(view.cancelling), analogy.CANCEL_BANDS),
-            f"{len(view.cancelling)}: " + (f"{', '.join(view.cancelling)}, {view.cancelled:.2f} along x̂_final in all."
-                                           if view.cancelling else "every component adds along x̂_final.")
-            + " Other tokens can answer differently.")
 
 
 def separating() -> None:
     length = slider("segment length for the test", 4, sizes.max_segment, sizes.test_segment, key="l_test")
     test, text = separating_test(length, seed), heldout()
+    name = analogy.NAMES[analogy.TRANSFORMER]
+    shed = test.reduction[name]
+    if not predict("shed", f"With segments of {length} random characters, how much of {name}'s loss on the first occurrence "
+            "is gone on the second?", [band for _, band in analogy.SHED_BANDS], [analogy.band(shed, analogy.SHED_BANDS)],
+            f"{test.first_repeat[name]:.2f} → {test.second_repeat[name]:.2f} nats: {shed:.0%} gone (the LSTM: "
+            f"{test.reduction[analogy.NAMES[analogy.RNN]]:.0%}). Another segment length can answer differently."):
+        return
     figure(figures.loss_curves(test.losses, test.labels, length + 1), "loss by position",
            f"from mechlib import analogy\n\nresult = analogy.separating_test({length}, {seed})\n"
            f"fig = figures.loss_curves(result.losses, result.labels, {length + 1})")
@@ -173,12 +182,6 @@ def separating() -> None:
           "segment in its fixed-size state." if test.transformer_wins else
           "Here the transformer does not use the earlier copy to beat the LSTM on the repeat.")
     st.markdown(ranking(text.text, "On ordinary held-out text", "nats per character", text.losses))
-    name = analogy.NAMES[analogy.TRANSFORMER]
-    shed = test.reduction[name]
-    predict("shed", f"With segments of {length} random characters, how much of {name}'s loss on the first occurrence "
-            "is gone on the second?", [band for _, band in analogy.SHED_BANDS], analogy.band(shed, analogy.SHED_BANDS),
-            f"{test.first_repeat[name]:.2f} → {test.second_repeat[name]:.2f} nats: {shed:.0%} gone (the LSTM: "
-            f"{test.reduction[analogy.NAMES[analogy.RNN]]:.0%}). Another segment length can answer differently.")
 
 
 def copying_controls() -> None:
@@ -190,14 +193,18 @@ def copying_controls() -> None:
         f"and an LSTM of about the same size (`copying-lstm`, {c.params['LSTM']:,}). Below, their loss at each position "
         f"of a random segment of {c.length} ids and its copy. The recipe trains the loss on the copy only, so on the "
         "first copy, where nothing tells the next id, no model was trained to guess well.")
+    s2 = c.second_copy
+    for role, value in s2.items():
+        record(f"second-copy loss, {role} (nats)", f"{value:.2f}")
+    lowest = min(s2, key=s2.get)
+    if not predict("controls", "On the second copy, which of the three models has the lowest loss?", list(s2), [lowest],
+            "; ".join(f"{role}: {value:.2f} nats" for role, value in s2.items()) + "."):
+        return
     figure(figures.copy_losses({f"{role} ({c.params[role]:,} parameters)": values for role, values in c.losses.items()},
                                c.length, c.d_vocab, c.earlier), "copying task losses",
            f"from mechlib import copying\n\nresult = copying.controls({seed})\n"
            'fig = figures.copy_losses({f"{role} ({result.params[role]:,} parameters)": values for role, values in '
            "result.losses.items()}, result.length, result.d_vocab, result.earlier)")
-    s2 = c.second_copy
-    for role, value in s2.items():
-        record(f"second-copy loss, {role} (nats)", f"{value:.2f}")
     st.markdown(f"On the second copy: two layers **{s2['two layers']:.2f}** nats, one layer **{s2['one layer']:.2f}**, "
                 f"the LSTM **{s2['LSTM']:.2f}**. " + (
                     f"Each control is at least {checks.GAP_MIN} nats worse than the model before it." if c.ordered else
@@ -213,9 +220,6 @@ def copying_controls() -> None:
                 if c.one_layer_earlier else
                 f"The one-layer model is more than {checks.EARLIER_MARGIN} nats from {c.earlier:.2f}, the loss of "
                 "\"some earlier token comes next\" (every id seen so far equally likely).")
-    lowest = min(s2, key=s2.get)
-    predict("controls", "On the second copy, which of the three models has the lowest loss?", list(s2), lowest,
-            "; ".join(f"{role}: {value:.2f} nats" for role, value in s2.items()) + ".")
 
 
 show([("Memory carried forward: the cell state and the residual stream", cell_and_stream),

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from mechlib import data, figures, patterns
-from mechlib.checks import RANK_ZERO
+from mechlib.checks import EFFECTIVE_SHARE, RANK_ZERO
 from sections import beside, controls, figure, metric, predict, prose, record, show, table
 from shell import check_line, current_model, input_tokens, literal, section, slider
 
@@ -42,23 +42,39 @@ def regrouping() -> None:
     reg = section(patterns.regrouping, key, model, ids, layer, head)
     st.markdown(check_line(f"A (V W_O) of each of layer {layer}'s {cfg.n_heads} heads against the per-head results the "
                            "model computed as ((A V) W_O) in its own forward pass", reg.check))
-    cols = st.columns(2)
-    for col, (name, macs) in zip(cols, reg.macs.items()):
-        metric(col, f"{name}: multiply-adds", f"{macs:,}", help=f"For this sequence, head {head}.")
-        col.caption(f"measured {reg.time_ms[name]:.3f} ms (median of 5)")
     prose(f"n = {len(ids)} positions, d_head = {cfg.d_head}, d_model = {cfg.d_model}. Matrix products associate, so "
           "the two groupings give the same numbers; only the cost differs.")
     (first, first_macs), (second, second_macs) = reg.macs.items()
     cheaper = "the same" if first_macs == second_macs else f"{first if first_macs < second_macs else second} needs fewer"
-    predict("regrouping", f"For these {len(ids)} positions, which grouping needs fewer multiply-adds?",
-            [f"{first} needs fewer", "the same", f"{second} needs fewer"], cheaper,
-            f"{first}: {first_macs:,}; {second}: {second_macs:,}. Their difference is n²(d_head − d_model) = "
-            f"{len(ids)}² × ({cfg.d_head} − {cfg.d_model}) = {first_macs - second_macs:,}: the prompt's length scales "
-            "it, but its sign is the model's, so a model with one head (d_head = d_model) answers differently.")
+    if not predict("regrouping", f"For these {len(ids)} positions, which grouping needs fewer multiply-adds?",
+                   [f"{first} needs fewer", "the same", f"{second} needs fewer"], [cheaper],
+                   f"{first}: {first_macs:,}; {second}: {second_macs:,}. Their difference is n²(d_head − d_model) = "
+                   f"{len(ids)}² × ({cfg.d_head} − {cfg.d_model}) = {first_macs - second_macs:,}: the prompt's length "
+                   "scales it, but its sign is the model's, so a model with one head (d_head = d_model) answers "
+                   "differently."):
+        return
+    for col, (name, macs) in zip(st.columns(2), reg.macs.items()):
+        metric(col, f"{name}: multiply-adds", f"{macs:,}", help=f"For this sequence, head {head}.")
+        col.caption(f"measured {reg.time_ms[name]:.3f} ms (median of 5)")
 
 
 def rank() -> None:
     ranks = section(patterns.ranks, key, model, layer, head)
+    for name, value in ranks.ranks.items():
+        record(f"rank of {name}", str(value))
+    ov = next(name for name in ranks.ranks if "W_O" in name)
+    used, bins = patterns.effective_rank(ranks.spectra[ov]), patterns.effective_rank_bins(cfg.d_head, cfg.d_model)
+    options = [f"{first}" if first == last else f"{first} to {last}" for first, last in bins]
+    energy = ranks.spectra[ov] ** 2
+    if not predict("rank", f"W_OV = W_V W_O of layer {layer}, head {head} is a {cfg.d_model} × {cfg.d_model} matrix "
+                   f"and d_head = {cfg.d_head}. How many directions does the head really use: the fewest singular "
+                   f"values of W_OV that hold {EFFECTIVE_SHARE:.0%} of ‖W_OV‖_F²?", options,
+                   [options[patterns.bin_of(bins, used)]],
+                   f"{used} singular values hold {energy[:used].sum() / energy.sum():.1%} of ‖W_OV‖_F² (its rank, "
+                   f"counted above {RANK_ZERO:.0e} × σ₁, is {ranks.ranks[ov]}). No count past d_head = {cfg.d_head} "
+                   "is possible: the head writes through d_head dimensions. How many of those it uses is the "
+                   "model's own; another head or model answers differently."):
+        return
     left, right = beside([3, 2])
     with left:
         figure(figures.singular_values(ranks.spectra, cfg.d_head), "singular values",
@@ -77,14 +93,6 @@ def rank() -> None:
                                     f"the largest past d_head {ranks.beyond[name]:.1e} × σ₁ (numerically zero below "
                                     f"{RANK_ZERO:.0e}): rank {ranks.ranks[name]}"
                                     for name, values in ranks.spectra.items()))
-    for name, value in ranks.ranks.items():
-        record(f"rank of {name}", str(value))
-    ov = next(name for name in ranks.ranks if "W_O" in name)
-    options = sorted({cfg.d_model, cfg.d_head, ranks.ranks[ov]})
-    predict("rank", f"W_OV = W_V W_O is a {cfg.d_model} × {cfg.d_model} matrix and d_head = {cfg.d_head}. What is "
-            f"the rank of layer {layer}, head {head}'s W_OV?", [str(o) for o in options], str(ranks.ranks[ov]),
-            f"Counted from the singular values above {RANK_ZERO:.0e} × σ₁. A head writes through d_head "
-            "dimensions, so its rank cannot exceed min(d_head, d_model).")
 
 
 def only_products() -> None:
@@ -98,26 +106,27 @@ def pattern_matching() -> None:
     scores = section(patterns.scores, key, model, ids, layer, head)
     st.markdown(check_line("Scores recomputed as x_i W_QK x_jᵀ / √d_head (with the query and key biases) against "
                            "the model's cached scores", scores.check))
-    left, right = beside(2)
-    with left:
-        figure(figures.pattern_heatmap(scores.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", scores=True),
-               "scores", 'fig = figures.pattern_heatmap(result.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", '
-               'scores=True)')
-    with right:
-        title = f"Layer {layer}, head {head}: the pattern A"
-        figure(figures.pattern_heatmap(scores.pattern, labels, title), "pattern",
-               f"fig = figures.pattern_heatmap(result.pattern, labels, {title!r})")
     prose("Rows are queries (destinations), columns keys (sources); above the diagonal a position would look ahead, "
           "so those scores are masked and their weights are 0. Softmax turns each row of scores into a row of weights.")
     if cfg.positional == "shortformer":
         prose("Shortformer: the positional embedding is added to the queries' and keys' input only, so it shapes "
               "the pattern but never travels in the messages.")
     looked = patterns.where_looked(scores.pattern, dest)
-    predict("pattern", f"Where does position {dest} ('{literal(labels[dest])}') put the most attention in layer "
-            f"{layer}, head {head}?", list(patterns.LOOKS), looked,
-            f"Its largest weight, {scores.pattern[dest].max():.2f}, is on position {int(scores.pattern[dest].argmax())} "
-            f"('{literal(labels[int(scores.pattern[dest].argmax())])}'). Another head, layer or prompt can answer "
-            "differently.")
+    if not predict("pattern", f"Where does position {dest} ('{literal(labels[dest])}') put the most attention in "
+                   f"layer {layer}, head {head}?", list(patterns.LOOKS), [looked],
+                   f"Its largest weight, {scores.pattern[dest].max():.2f}, is on position "
+                   f"{int(scores.pattern[dest].argmax())} ('{literal(labels[int(scores.pattern[dest].argmax())])}'). "
+                   "Another head, layer or prompt can answer differently."):
+        return
+    left, right = beside(2)
+    with left:
+        title = f"Layer {layer}, head {head}: the pattern A"
+        figure(figures.pattern_heatmap(scores.pattern, labels, title), "pattern",
+               f"fig = figures.pattern_heatmap(result.pattern, labels, {title!r})")
+    with right:
+        figure(figures.pattern_heatmap(scores.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", scores=True),
+               "scores", 'fig = figures.pattern_heatmap(result.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", '
+               'scores=True)')
 
 
 def message_passing() -> None:

@@ -52,8 +52,19 @@ def the_ledger() -> None:
         lines.append("With no blocks the residual is the embedding itself, so only the logits are an independent "
                      "reference.")
     st.markdown("\n\n".join(lines))
+    record(f"‖x_final‖ at position {position}", f"{book.final_norm:.4f}")
     if cfg.positional == "shortformer":
         prose("Shortformer positions enter the queries and keys only, never the stream: no pos_embed term.")
+    if len(kinds := residual.kinds_of(book.labels)) > 1:
+        largest, longest = book.largest, book.labels[int(np.argmax(book.norms))]
+        projection, norm = book.projections[book.labels.index(largest)], book.norms[book.labels.index(longest)]
+        if not predict("ledger", f"Which kind of term adds the most to the final residual's norm at position "
+                       f"{position} ('{literal(labels[position])}')?", kinds, [residual.term_kind(largest)],
+                       f"{largest} lies {projection:.3f} along x̂_final, of ‖x_final‖ = {book.final_norm:.3f}. "
+                       + ("It is also the term with the largest norm." if longest == largest else
+                          f"By its own norm the largest term is {longest} ({norm:.3f}): a long term can still point "
+                          "away from the final residual.") + " Another position, prompt or model can answer differently."):
+            return
     left, right = beside(2)
     with left:
         figure(figures.component_bars(book.projections, book.labels, LEDGER_TITLE, "length along x̂_final",
@@ -63,21 +74,17 @@ def the_ledger() -> None:
     with right:
         table(pd.DataFrame({"term": book.labels, "‖term‖": np.round(book.norms, 3),
                             "along x̂_final": np.round(book.projections, 3)}), "ledger", height=420)
-    record(f"‖x_final‖ at position {position}", f"{book.final_norm:.4f}")
-    if len(kinds := residual.kinds_of(book.labels)) < 2:
-        return
-    largest, longest = book.largest, book.labels[int(np.argmax(book.norms))]
-    projection, norm = book.projections[book.labels.index(largest)], book.norms[book.labels.index(longest)]
-    predict("ledger", f"Which kind of term adds the most to the final residual's norm at position {position} "
-            f"('{literal(labels[position])}')?", kinds, residual.term_kind(largest),
-            f"{largest} lies {projection:.3f} along x̂_final, of ‖x_final‖ = {book.final_norm:.3f}. "
-            + ("It is also the term with the largest norm." if longest == largest else
-               f"By its own norm the largest term is {longest} ({norm:.3f}): a long term can still point away from "
-               "the final residual.") + " Another position, prompt or model can answer differently.")
 
 
 def through_depth() -> None:
     stream = section(residual.depth, key, model, ids)
+    if len(stream.components) > 1 and not predict(
+            "depth", f"Averaged over these {len(ids)} positions, which component writes the most into the stream?",
+            stream.components, [stream.largest],
+            "Mean ‖output‖: " + ", ".join(f"{name} {added:.3f}" for name, added in zip(stream.components, stream.added))
+            + ". A larger write need not matter more for the prediction: the ledger and the attributions show "
+              "where it points."):
+        return
     left, right = beside([3, 2])
     with left:
         figure(figures.depth_heatmap(stream.norms, labels), "stream through depth",
@@ -87,25 +94,10 @@ def through_depth() -> None:
             table(pd.DataFrame({"component": stream.components,
                                 "mean ‖output‖ over positions": np.round(stream.added, 3)}),
                   "what each component adds")
-    if len(stream.components) > 1:
-        predict("depth", f"Averaged over these {len(ids)} positions, which component writes the most into the "
-                "stream?", stream.components, stream.largest,
-                "Mean ‖output‖: " + ", ".join(f"{name} {added:.3f}"
-                                              for name, added in zip(stream.components, stream.added))
-                + ". A larger write need not matter more for the prediction: the ledger and the attributions show "
-                  "where it points.")
 
 
 def logit_lens() -> None:
     lens = section(residual.lens, key, model, ids, position)
-    following = (f"p(actual next: {names(model, [lens.next_token])[0]})" if lens.next_token is not None
-                 else "p(actual next: —)")
-    table(pd.DataFrame({
-        "read at": boundary_names,
-        "top tokens (probability)": [", ".join(f"{t} ({p:.2f})" for t, p in zip(names(model, top), probs))
-                                     for top, probs in zip(lens.top, lens.top_probs)],
-        following: [f"{p:.3f}" for p in lens.next_probs] if lens.next_token is not None else "—",
-    }), "logit lens")
     last = f"after block {cfg.n_layers - 1}" if cfg.n_layers else "the embeddings: there are no blocks"
     st.markdown(check_line(f"The last row ({last}) read through {readout}, against the logits of a separate "
                            f"model(tokens) call at all {len(ids)} positions", lens.check))
@@ -114,14 +106,23 @@ def logit_lens() -> None:
     if cfg.n_layers:
         top = names(model, [lens.top[-1][0]])[0]
         options = boundary_names[:-1] + ["only at the end"]
-        predict("lens", f"At which layer does the logit lens first put the model's final top token at position "
-                f"{position}, '{literal(top)}', at rank 1?", options, options[lens.first_top],
-                "Its rank read at each boundary: " + ", ".join(f"{name} {rank}" for name, rank in
-                                                                 zip(boundary_names, lens.final_ranks)) + ".")
+        if not predict("lens", f"At which layer does the logit lens first put the model's final top token at position "
+                       f"{position}, '{literal(top)}', at rank 1?", options, [options[lens.first_top]],
+                       "Its rank read at each boundary: " + ", ".join(f"{name} {rank}" for name, rank in
+                                                                        zip(boundary_names, lens.final_ranks)) + "."):
+            return
+    following = (f"p(actual next: {names(model, [lens.next_token])[0]})" if lens.next_token is not None
+                 else "p(actual next: —)")
+    table(pd.DataFrame({
+        "read at": boundary_names,
+        "top tokens (probability)": [", ".join(f"{t} ({p:.2f})" for t, p in zip(names(model, top), probs))
+                                     for top, probs in zip(lens.top, lens.top_probs)],
+        following: [f"{p:.3f}" for p in lens.next_probs] if lens.next_token is not None else "—",
+    }), "logit lens")
 
 
 def attribution() -> None:
-    left, right = beside(2)
+    left, right = st.columns(2)
     candidates = section(residual.lens, key, model, ids, position).candidates
     with left:
         token = selectbox("token", candidates, "dla_token", lambda t: names(model, [t])[0])
@@ -131,10 +132,6 @@ def attribution() -> None:
     dla = section(residual.attribution, key, model, ids, position, token, other)
     what = f"the logit of '{names(model, [token])[0]}'"
     what += f" minus that of '{names(model, [other])[0]}'" if other is not None else ""
-    title = f"Each term's direct share of {what}"
-    figure(figures.component_bars(dla.shares, dla.labels, title, "logit (nats)", total=dla.logit),
-           "direct logit attribution",
-           f"fig = figures.component_bars(result.shares, result.labels, {title!r}, 'logit (nats)', total=result.logit)")
     st.markdown(check_line("The shares add up to the logit of a separate forward pass", dla.check))
     record(what, f"{dla.logit:.4f}")
     prose("Through LayerNorm each term is divided by the scale cached on this input; the scale depends on all terms "
@@ -143,18 +140,25 @@ def attribution() -> None:
           "Without LayerNorm the read-out is linear, so the shares in direct logit attribution are exact.")
     share = dict(zip(dla.labels, dla.shares))
     lowest = dla.labels[int(np.argmin(dla.shares))]
-    predict("dla", f"Which kind of component pushes {literal(what)} up the most?", residual.kinds_of(dla.labels),
-            residual.term_kind(dla.largest),
-            f"{dla.largest} adds {share[dla.largest]:+.3f} nats of the total {dla.logit:.3f}; {lowest} pushes "
-            f"hardest the other way ({share[lowest]:+.3f}). Another token, position or model can answer differently.")
+    shown = predict("dla", f"Which kind of component pushes {literal(what)} up the most?", residual.kinds_of(dla.labels),
+                    [residual.term_kind(dla.largest)],
+                    f"{dla.largest} adds {share[dla.largest]:+.3f} nats of the total {dla.logit:.3f}; {lowest} pushes "
+                    f"hardest the other way ({share[lowest]:+.3f}). Another token, position or model can answer "
+                    "differently.")
     if dla.top_heads:
         heads = [label for label in dla.labels if residual.term_kind(label) == "a head"]
         ranked = sorted(heads, key=lambda head: -share[head])
-        exercise("dla head", f"Find the head with the largest direct effect on {literal(what)}: the one whose own "
-                 "share raises it the most.", heads, dla.top_heads,
-                 f"Its direct share is {share[ranked[0]]:+.3f} nats"
-                 + (f"; the next head, {ranked[1]}, adds {share[ranked[1]]:+.3f}" if len(ranked) > 1 else "")
-                 + ". A direct share leaves out what later layers do with the head's output.")
+        shown &= exercise("dla head", f"Find the head with the largest direct effect on {literal(what)}: the one whose "
+                          "own share raises it the most.", heads, dla.top_heads,
+                          f"Its direct share is {share[ranked[0]]:+.3f} nats"
+                          + (f"; the next head, {ranked[1]}, adds {share[ranked[1]]:+.3f}" if len(ranked) > 1 else "")
+                          + ". A direct share leaves out what later layers do with the head's output.")
+    if shown:
+        title = f"Each term's direct share of {what}"
+        figure(figures.component_bars(dla.shares, dla.labels, title, "logit (nats)", total=dla.logit),
+               "direct logit attribution",
+               f"fig = figures.component_bars(result.shares, result.labels, {title!r}, 'logit (nats)', "
+               "total=result.logit)")
 
 
 def subspaces() -> None:
@@ -163,12 +167,12 @@ def subspaces() -> None:
             + (f"which fit in the {cfg.d_model}-dimensional stream, so they could all be orthogonal."
                if sub.room else f"more than the stream's {cfg.d_model}, so they cannot all be orthogonal."))
     st.markdown(f"Each head writes into a subspace of rank ≤ min(d_head, d_model) = {sub.k}; {room}")
-    if sub.versus_random in ("below", "about", "above"):
-        predict("subspaces", f"Do these {len(sub.labels)} heads' output subspaces overlap less than, about as much as, "
-                f"or more than random {sub.k}-dimensional subspaces would?",
-                ["below random", "about random", "above random"], f"{sub.versus_random} random",
-                f"Mean overlap {sub.mean:.3f} against {sub.baseline:.3f} ± {sub.margin:.3f} for {sub.pairs} random "
-                "pairs. Another model can answer differently.")
+    if sub.versus_random in ("below", "about", "above") and not predict(
+            "subspaces", f"Do these {len(sub.labels)} heads' output subspaces overlap less than, about as much as, or "
+            f"more than random {sub.k}-dimensional subspaces would?", ["below random", "about random", "above random"],
+            [f"{sub.versus_random} random"], f"Mean overlap {sub.mean:.3f} against {sub.baseline:.3f} ± {sub.margin:.3f} "
+            f"for {sub.pairs} random pairs. Another model can answer differently."):
+        return
     if not sub.pairs:
         st.markdown("This model has one head: there is no pair to compare.")
     elif sub.versus_random == "vacuous":

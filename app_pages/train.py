@@ -11,10 +11,12 @@ from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import MEMORY, BudgetError, require_budget
 from mechlib.io import CheckpointError
-from sections import beside, figure, predict, prose, record, show
+from sections import answer_line, ask, beside, figure, prose, record, show
 from shell import add_session_model, literal, section, select_slider, session_id, slider
 
 PRESET = train.INDUCTION_PRESET
+BAR_QUESTION = (f"Will the best head's induction score reach {PRESET.induction_target} beside a previous-token head ≥ "
+                f"{PREV_TOKEN_MIN} (the preset's bar) within the steps set?")
 workers.warm()  # start the training processes while the student reads the page
 
 
@@ -152,7 +154,9 @@ if task == PRESET.name:
     st.caption(f"{PRESET.cfg.n_params():,} parameters · batches of {PRESET.batch_size} × {PRESET.cfg.n_ctx} tokens · "
                f"lr {PRESET.lr:g} · seed {seed} (sidebar) · at most {train.QUEUE.limit} trainings run at once on this "
                f"server, {train.QUEUE.running} running now")
+    guess = ask("bar", BAR_QUESTION, ["yes", "no"])
     if st.button("Watch an induction head form", type="primary", icon=":material/play_arrow:"):
+        st.session_state["bar guess"] = guess
         run(f"{PRESET.name}, seed {seed}", PRESET.steps, PRESET.train, {"seed": seed}, PRESET.data.length,
             train.estimate_mb(PRESET.cfg, PRESET.batch_size), preset_code(seed))
 else:
@@ -201,7 +205,9 @@ else:
                    f"({'words' if source in ('words', 'upload') else 'characters' if source == 'chars' else 'random ids'}) · "
                    f"batches of 32 × {n_ctx} tokens · ≈ {memory:,.0f} MB while training · seed {seed} (sidebar) · "
                    f"at most {train.QUEUE.limit} trainings run at once on this server, {train.QUEUE.running} running now")
+        guess = ask("bar", BAR_QUESTION, ["yes", "no"]) if n_layers else None
         if st.button("Train", type="primary", icon=":material/play_arrow:"):
+            st.session_state["bar guess"] = guess
             extras = "".join([", MLP" if mlp else "", ", LN" if ln else ""])
             length = (n_ctx - 1) // 2
             kwargs = {"cfg": cfg, "data": batches, "steps": steps, "lr": lr, "seed": seed, "tokenizer": tokenizer,
@@ -225,14 +231,15 @@ def trained_last() -> None:
     if "induction" in final:
         reached = passed_bar(history)
         best = max(history, key=lambda row: row["induction"])
-        predict("bar", f"Will the best head's induction score reach {PRESET.induction_target} beside a previous-token "
-                f"head ≥ {PREV_TOKEN_MIN} (the preset's bar) within the {report.steps:,} steps set?", ["yes", "no"],
-                "yes" if reached else "no",
-                (f"At step {reached['step']:,}: induction score {reached['induction']:.2f}, previous-token score "
-                 f"{reached['prev_token']:.2f}." if reached else
-                 f"Its best induction score was {best['induction']:.2f} (step {best['step']:,}), its best "
-                 f"previous-token score {max(row['prev_token'] for row in history):.2f}.")
-                + " Other sizes, data, steps or seeds can answer differently.")
+        guessed = st.session_state.get("bar guess")
+        with st.container(border=True):
+            st.markdown(f"**{BAR_QUESTION}** " + ("" if guessed is None else f"You predicted **{guessed}** before it ran. ")
+                        + answer_line(guessed, ["yes" if reached else "no"], (
+                            f"At step {reached['step']:,}: induction score {reached['induction']:.2f}, previous-token "
+                            f"score {reached['prev_token']:.2f}." if reached else
+                            f"Its best induction score was {best['induction']:.2f} (step {best['step']:,}), its best "
+                            f"previous-token score {max(row['prev_token'] for row in history):.2f}.")
+                            + " Other sizes, data, steps or seeds can answer differently."))
     left, right = beside(2) if report.patterns is not None else (None, st.container())
     if left:
         with left:

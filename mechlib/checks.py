@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 __all__ = ["TOLERANCE", "Check", "compare", "tolerance_for", "model_tolerance", "PREV_TOKEN_MIN", "INDUCTION_MIN",
-           "ABLATION_DROP_MIN", "FAMILY_ALPHA", "above_random_bar", "BIGRAM_KL_SHARE", "BIGRAM_GAP_MAX", "GAP_MIN", "NOTHING_MARGIN", "EARLIER_MARGIN", "UNK_SHARE_MAX", "RANK_ZERO",
+           "ABLATION_DROP_MIN", "FAMILY_ALPHA", "above_random_bar", "BIGRAM_KL_SHARE", "BIGRAM_GAP_MAX", "GAP_MIN", "NOTHING_MARGIN", "EARLIER_MARGIN", "UNK_SHARE_MAX", "RANK_ZERO", "EFFECTIVE_SHARE",
            "SEPARATE_MAX", "OVERLAP_SIGMAS", "LOSS_TIE", "INTEROP_TOLERANCE"]
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # tol in |a − b| ≤ tol · max(1, |reference|)
@@ -30,6 +30,7 @@ EARLIER_MARGIN = 1.0      # nats: within this of copying.earlier_token_loss (a f
                           # a loss is at the "some earlier token comes next" level: far from knowing nothing and from copying
 UNK_SHARE_MAX = 0.2       # more than this share of <unk> tokens in a prompt gets a warning
 RANK_ZERO = 1e-10         # in float64, a singular value below this times σ₁ counts as zero
+EFFECTIVE_SHARE = 0.9     # a matrix's effective rank: the fewest singular values whose squares hold this share of ‖W‖_F²
 SEPARATE_MAX = 0.01       # two heads write into separate subspaces when their overlap (mean squared cosine) is at most this
 OVERLAP_SIGMAS = 3.0      # a mean overlap within this many standard deviations of the random one is "about random"
 LOSS_TIE = 0.01           # two models' losses (nats) closer than this: neither predicts better

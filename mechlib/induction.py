@@ -196,12 +196,12 @@ class InductionCircuit:
         return not self.missing
 
     @property
-    def broken(self) -> str | None:
-        """The head whose induction score falls most when the previous-token head is ablated, if the ablation breaks
-        it: an induction head (score ≥ INDUCTION_MIN) whose score falls by ABLATION_DROP_MIN or more; else None."""
-        head = max(self.ablation, key=lambda h: self.ablation[h][0] - self.ablation[h][1])
-        before, after = self.ablation[head]
-        return head if before >= INDUCTION_MIN and 1 - after / before >= ABLATION_DROP_MIN else None
+    def broken(self) -> tuple[str, ...]:
+        """Every head the ablation breaks, in the order of ``ablation``: an induction head (score ≥ INDUCTION_MIN)
+        whose score falls by ABLATION_DROP_MIN or more when the previous-token head's output is set to zero. The
+        rule the Circuits page states, and the set its question accepts; empty when nothing breaks."""
+        return tuple(head for head, (before, after) in self.ablation.items()
+                     if before >= INDUCTION_MIN and 1 - after / before >= ABLATION_DROP_MIN)
 
 
 def _circuit(model: Transformer, scores: dict[str, Tensor]) -> InductionCircuit:
@@ -319,6 +319,18 @@ class PhaseChange:
         """The consecutive checkpoints (step before, step after) between which the best induction score rises most."""
         i = int(np.diff(self.induction).argmax())
         return self.steps[i], self.steps[i + 1]
+
+    def bins(self, n: int) -> list[tuple[int, int]]:
+        """The checkpoints' steps cut into at most ``n`` runs of consecutive checkpoints that share none:
+        (first step, last step) of each, so every checkpoint lies in exactly one bin."""
+        return [(self.steps[chunk[0]], self.steps[chunk[-1]]) for chunk in np.array_split(np.arange(len(self.steps)), n)
+                if len(chunk)]
+
+    def jump_bin(self, n: int) -> int:
+        """The index, in ``bins(n)``, of the bin holding the checkpoint where the jump has happened (the later of
+        ``jump``): the question's answer, by the rule its reveal states."""
+        after = self.jump[1]
+        return next(i for i, (first, last) in enumerate(self.bins(n)) if first <= after <= last)
 
 
 @torch.inference_mode()

@@ -17,12 +17,12 @@ import torch
 from torch import Tensor
 
 from mechlib import attention
-from mechlib.checks import RANK_ZERO, Check, compare, model_tolerance, tolerance_for
+from mechlib.checks import EFFECTIVE_SHARE, RANK_ZERO, Check, compare, model_tolerance, tolerance_for
 from mechlib.device import median_ms, to_numpy
 from mechlib.model import Cache, Transformer
 from mechlib.residual import cache_of
 
-__all__ = ["head_inputs", "scores_from_W_QK", "Regrouping", "regrouping", "Ranks", "ranks",
+__all__ = ["head_inputs", "scores_from_W_QK", "Regrouping", "regrouping", "Ranks", "ranks", "effective_rank", "effective_rank_bins", "bin_of",
            "NonUniqueness", "non_uniqueness", "Scores", "scores", "Messages", "messages", "TOP_PUSHED", "LOOKS", "where_looked"]
 
 TOP_PUSHED = 3  # tokens listed per message: those it raises most through W_U
@@ -96,6 +96,27 @@ def ranks(model: Transformer, layer: int, head: int) -> Ranks:
     return Ranks(spectra, {name: int((values > RANK_ZERO * top[name]).sum()) for name, values in spectra.items()},
                  {name: float(values[d_head:].max(initial=0.0) / top[name]) for name, values in spectra.items()},
                  d_head >= model.cfg.d_model)
+
+
+def effective_rank(values: np.ndarray, share: float = EFFECTIVE_SHARE) -> int:
+    """The fewest leading singular values (``values``: [k], descending) whose squares hold ``share`` of their sum,
+    ‖W‖_F²: how many directions a head really uses out of the d_head it may. 0 for the zero matrix."""
+    energy = np.cumsum(values.astype(np.float64) ** 2)
+    return 0 if energy[-1] == 0 else int(np.searchsorted(energy, share * energy[-1] * (1 - 1e-12)) + 1)
+
+
+def effective_rank_bins(d_head: int, d_model: int) -> list[tuple[int, int]]:
+    """Bins (lowest, highest) of effective ranks that share no value, for a question a class can debate: 1, up to
+    half of d_head, the rest of d_head, and past d_head (which rank ≤ d_head rules out, unless d_head ≥ d_model
+    makes that bin empty). Bins with no value are left out."""
+    cap, half = min(d_head, d_model), min(d_head, d_model) // 2
+    edges = [(1, 1), (2, half), (max(2, half + 1), cap), (cap + 1, d_model)]
+    return [(first, last) for first, last in edges if first <= last]
+
+
+def bin_of(bins: list[tuple[int, int]], value: int) -> int:
+    """The index of the bin holding ``value``."""
+    return next(i for i, (first, last) in enumerate(bins) if first <= value <= last)
 
 
 @dataclass(frozen=True)

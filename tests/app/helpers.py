@@ -8,9 +8,11 @@ from streamlit.testing.v1 import AppTest
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
-def open_page(path: str, **state) -> AppTest:
-    """The app with ``state`` preset, switched to the page at ``path``, after its first run."""
+def open_page(path: str, read: bool = True, **state) -> AppTest:
+    """The app with ``state`` preset, switched to the page at ``path``, after its first run; in reading mode
+    (every answer drawn at once) unless ``read`` is False, where each question hides its evidence until revealed."""
     at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["read"] = read
     for key, value in state.items():
         at.session_state[key] = value
     at.run()
@@ -48,10 +50,10 @@ def reveal(at: AppTest, key: str) -> tuple[str, str]:
 
     radio = at.radio(key=f"predict {key}")
     radio.set_value(radio.options[0]).run()
-    if at.toggle(key=f"reveal {key}").value:  # hidden first, where an earlier call revealed it
-        at.toggle(key=f"reveal {key}").set_value(False).run()
+    if at.session_state[f"reveal {key}"]:  # hidden first, where an earlier call revealed it
+        at.button(key=f"reveal button {key}").click().run()
     before = said()
-    at.toggle(key=f"reveal {key}").set_value(True).run()
+    at.button(key=f"reveal button {key}").click().run()
     assert not at.exception, at.exception
     (line,) = [line for line in said() if line not in before]
     return re.match(r"This run: \*\*(.+?)\*\*", line)[1], line

@@ -72,9 +72,9 @@ def test_one_layer_copying_and_path_expansion_at_the_models_tolerance():
     assert passed and difference <= 1e-4
 
 
-def one_layer_with_a_wrong_path_sum(model, head, ids) -> circuits.OneLayer:
+def one_layer_with_a_wrong_path_sum(model, ids) -> circuits.OneLayer:
     """The real reading, but the paths' sum misses the logits by 0.5."""
-    return dataclasses.replace(REAL_ONE_LAYER(model, head, ids), path_check=Check(0.5, 0.5, 1e-5))
+    return dataclasses.replace(REAL_ONE_LAYER(model, ids), path_check=Check(0.5, 0.5, 1e-5))
 
 
 def test_a_failing_path_expansion_is_shown_red(monkeypatch):
@@ -206,7 +206,7 @@ def test_each_sections_model_is_bound_to_the_url_and_the_train_page_can_preset_i
 def test_every_other_widget_starts_on_its_fresh_sessions_value():
     at = page(section="zero layers")
     z = circuits.zero_layer(zoo.load("attn-only-0l"))
-    assert at.selectbox(key="z_token").value == z.ids[0] and at.toggle(key="c_fast").value is False
+    assert at.selectbox(key="z_token").value == z.example != z.ids[0] and at.toggle(key="c_fast").value is False
     at = page(section="the phase change")
     assert at.select_slider(key="c_step").value == zoo.snapshot_steps("attn-only-2l")[-1]
 
@@ -229,6 +229,41 @@ def test_the_prose_defines_its_jargon_in_tooltips(section, terms):
         assert f'<abbr title="{html.escape(glossary.TERMS[term])}">{term}</abbr>' in shown, term
 
 
+def heatmap_labels(at: AppTest) -> list[str]:
+    """The x-axis labels of the page's first token heatmap (the QK circuit)."""
+    import json
+
+    spec = json.loads(next(chart for chart in at.get("plotly_chart") if "QK circuit" in chart.proto.spec).proto.spec)
+    return spec["data"][0]["x"]
+
+
+@pytest.mark.parametrize("present", [False, True])
+def test_one_layer_tables_show_words_by_default_and_every_token_on_request(present):
+    """Words only in either mode (one default, so a link shows the same tables in both); off, punctuation comes back.
+    The tables are the head's, computed: the page shows ``token_tables``' labels and its copy ranks."""
+    at = page(section="one layer", present=present)
+    assert at.toggle(key="c_words").value is True and "c_words" not in at.query_params
+    t = circuits.token_tables(zoo.load("attn-only-1l"), 0, 0, True)
+    assert heatmap_labels(at) == t.labels and all(label.isalpha() for label in t.labels)
+    top, chance = numbers(at, r"among the top \*\*(\d+)\*\* of all 1,000 tokens\. A head that does not copy would "
+                              r"reach only about the top \*\*(\d+)\*\*")
+    assert (top, chance) == (max(t.copy_ranks) + 1, round(t.chance_rank)) and top < chance / 3
+    at.toggle(key="c_words").set_value(False).run()
+    every = circuits.token_tables(zoo.load("attn-only-1l"), 0, 0, False).labels
+    assert not at.exception and heatmap_labels(at) == every and not all(label.isalpha() for label in every)
+    link = AppTest.from_file(APP, default_timeout=180)                               # a link with the toggle off
+    link.query_params.update({"section": "one layer", "c_words": "false", "present": str(present).lower()})
+    link.run()
+    link.switch_page("app_pages/circuits.py").run()
+    assert not link.exception and link.toggle(key="c_words").value is False and heatmap_labels(link) == every
+
+
+def test_the_exercise_points_where_the_patterns_are():
+    at = page(section="two layers")
+    task = next(m.value for m in at.markdown if "Find the previous-token head" in m.value)
+    assert "Read the patterns in this section." in task and "above" not in task
+
+
 def test_the_qk_circuit_is_labelled_with_the_readings_w_p():
     at = page(section="one layer")
     assert any("W_QK = W_p" in chart.proto.spec for chart in at.get("plotly_chart"))
@@ -243,33 +278,38 @@ def test_the_qk_circuit_is_labelled_with_the_readings_w_p():
 def test_the_bigram_question_is_answered_from_w_e_w_u_for_the_chosen_token():
     z = circuits.zero_layer(zoo.load("attn-only-0l"))
     at = page(section="zero layers")
-    first = reveal(at, "bigram")[0]
+    first = reveal(at, "bigram")[0]                                                # "of": "the"
     at.selectbox(key="z_token").select_index(3).run()
     fourth = reveal(at, "bigram")[0]
-    assert [first, fourth] == [literal(z.next_tokens[i]["model's next token"][0]) for i in (0, 3)]
+    assert [first, fourth] == [literal(z.next_tokens[i]["model's next token"][0]) for i in (z.ids.index(z.example), 3)]
     assert first != fourth
 
 
 def test_the_copying_question_is_answered_from_the_heads_ov_eigenvalues():
     at = page(section="one layer")
     zoo_answer = reveal(at, "copying L0H0")[0]
-    o = circuits.one_layer(zoo.load("attn-only-1l"), 0, (0, 2, 3))
+    o = circuits.one_layer(zoo.load("attn-only-1l"), (0, 2, 3))
     assert zoo_answer == ("yes" if o.copying[0] > o.copying_bar else "no")
     model = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=2, d_vocab=50, n_ctx=16, seed=0))
     at = open_page_with_model("app_pages/circuits.py", model, section="one layer",
                               **{"c_model_attn-only-1l": "the sidebar's model"})
     random_answer = reveal(at, "copying L0H0")[0]
-    o = circuits.one_layer(model, 0, (0, 2, 3))
+    o = circuits.one_layer(model, (0, 2, 3))
     assert random_answer == ("yes" if o.copying[0] > o.copying_bar else "no") != zoo_answer
 
 
-def test_the_ablation_question_names_the_head_the_ablation_breaks():
+def test_the_ablation_question_accepts_every_head_the_ablation_breaks():
     at = page(section="two layers")
     zoo_answer = reveal(at, "ablation")[0]
+    for head in ("L1H2", "L1H0"):  # a broken head other than the best one is right; an unbroken one is not
+        at.radio(key="predict ablation").set_value(head).run()
+        mark = next(m.value for m in at.markdown if m.value.startswith("This run: **"))
+        assert ("✓ as you predicted" in mark) == (head in induction.induction_circuit(zoo.load("attn-only-2l")).broken)
     at.radio(key="c_model_attn-only-2l").set_value("the sidebar's model").run()     # gelu-2l
     sidebar_answer = reveal(at, "ablation")[0]
-    expected = [induction.induction_circuit(zoo.load(name)).broken or "none of them" for name in ("attn-only-2l", "gelu-2l")]
-    assert [zoo_answer, sidebar_answer] == expected == ["L1H1", "none of them"]
+    expected = [", ".join(induction.induction_circuit(zoo.load(name)).broken) or "none of them"
+                for name in ("attn-only-2l", "gelu-2l")]
+    assert [zoo_answer, sidebar_answer] == expected == ["L1H1, L1H2, L1H3", "none of them"]
 
 
 @pytest.fixture
@@ -283,20 +323,19 @@ def fresh_caches():
 def test_the_phase_change_question_finds_the_jump_in_the_checkpoints_scores(monkeypatch, fresh_caches):
     shipped = induction.phase_change("attn-only-2l")
     answer = reveal(page(section="the phase change"), "jump")[0]
-    low, high = (int(end.replace(",", "")) for end in answer.split("–"))
-    assert low <= shipped.jump[0] < shipped.jump[1] <= high and shipped.jump[1] == shipped.formed_at
+    low, high = (int(end.replace(",", "")) for end in answer.split(" to "))
+    assert low <= shipped.jump[1] <= high and shipped.jump[1] == shipped.formed_at and answer == "0 to 1,200"
     # the same steps, with the score rising between 4,500 and 4,800 instead
     late = [0.05] * 16 + [0.9] * 5
     monkeypatch.setattr(induction, "phase_change", lambda name: dataclasses.replace(
         shipped, induction=late, formed_at=shipped.steps[16]))
     st.cache_data.clear()
     moved = reveal(page(section="the phase change"), "jump")[0]
-    low, high = (int(end.replace(",", "")) for end in moved.split("–"))
-    assert low <= 4_500 < 4_800 <= high and moved != answer
+    assert moved == "3,900 to 4,800"  # the bin holding step 4,800, the first checkpoint past the jump
 
 
 def exercise_answer(at: AppTest) -> list[str]:
-    at.toggle(key="solution previous-token head").set_value(True).run()
+    at.button(key="reveal button previous-token head").click().run()
     (shown,) = [found[1] for m in at.markdown if (found := re.match(r"\*\*(.+?)\*\*\. Mean attention", m.value))]
     return shown.split(", ")
 

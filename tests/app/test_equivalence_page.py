@@ -266,7 +266,7 @@ def test_step_6_exercise_is_checked_against_the_live_table(app, n_heads):
     assert any(m.value == ":red[**✗ not this one: try again**]" for m in app.markdown)
     app.selectbox(key="exercise step 6").set_value(step6).run()
     assert any(m.value == ":green[**✓ right**]" for m in app.markdown)
-    app.toggle(key="solution step 6").set_value(True).run()
+    app.button(key="reveal button step 6").click().run()
     assert any(m.value.startswith(f"**{step6}**. Each head multiplies its Q") for m in app.markdown)
 
 

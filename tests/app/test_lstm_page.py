@@ -265,7 +265,7 @@ def test_the_controls_question_reveals_the_lowest_second_copy_loss(monkeypatch):
 def test_a_prediction_is_marked_against_the_answer():
     at = page(l_seg=4)
     at.radio(key="predict largest step").set_value("an earlier step").run()
-    at.toggle(key="reveal largest step").set_value(True).run()
+    at.button(key="reveal button largest step").click().run()
     assert ("This run: **the last step** :red[**✗ not what you predicted**]. Step 8 ('") in text_of(at)
     at.radio(key="predict largest step").set_value("the last step").run()
     assert "This run: **the last step** :green[**✓ as you predicted**]" in text_of(at)

@@ -207,7 +207,7 @@ def test_the_exercise_checks_the_head_with_the_largest_direct_share(pages):
         assert ":red[**✗ not this one: try again**]" in text(at)
         at.selectbox(key="exercise dla head").set_value(correct[0]).run()
         assert ":green[**✓ right**]" in text(at)
-        at.toggle(key="solution dla head").set_value(True).run()
+        at.button(key="reveal button dla head").click().run()
         shown = next(m.value for m in at.markdown if m.value.startswith("**L") and "direct share is" in m.value)
         answers[name] = re.match(r"\*\*(.+?)\*\*", shown)[1]
         assert answers[name] == ", ".join(correct)

@@ -1,5 +1,6 @@
 """Induction and previous-token scores: known answers on hand-built patterns."""
 
+import dataclasses
 import pytest
 import torch
 
@@ -141,7 +142,7 @@ def test_the_hand_built_circuit_is_found_in_whichever_layers_it_sits(n_layers, p
     # every head after the previous-token head's layer is asked; only the induction head breaks
     assert list(circuit.ablation) == [f"L{layer}H0" for layer in range(previous + 1, n_layers)]
     assert circuit.ablation[circuit.induction] == (circuit.induction_score, circuit.ablated_score)
-    assert circuit.broken == circuit.induction
+    assert circuit.broken == (circuit.induction,)
 
 
 def test_the_ablation_is_functional_and_reaches_only_later_layers():
@@ -160,7 +161,7 @@ def test_a_positional_copy_of_an_induction_head_is_not_an_induction_circuit():
     circuit = induction.induction_circuit(hand_built_circuit(by_position=True))
     assert circuit.has_previous and circuit.has_induction and circuit.copies
     assert not circuit.composes and circuit.k_composition == 0.0
-    assert not circuit.depends and abs(circuit.drop) < 1e-9 and circuit.broken is None  # nothing breaks
+    assert not circuit.depends and abs(circuit.drop) < 1e-9 and circuit.broken == ()  # nothing breaks
     assert not circuit.found and len(circuit.missing) == 2
     chance = circuits.random_composition(40, 16)
     assert circuit.missing[0] == (f"no K-composition: L0H0 → L1H0 scores 0.000, not above random (random heads score "
@@ -216,7 +217,8 @@ def test_two_layers_puts_the_composition_and_the_circuit_side_by_side():
     assert t.composition.chance.mean == t.circuit.baseline and t.composition.chance.bar(1) == t.circuit.threshold
     assert t.circuit.copies and t.circuit.copying > 0.9 > 0.1 > t.circuit.copying_bar         # L1H1 copies
     assert t.previous_token_heads == ["L0H1"] and t.scores["prev_token"][0, 1] >= 0.5 > t.scores["prev_token"][0, 0]
-    assert t.circuit.broken == "L1H1" and set(t.circuit.ablation) == {f"L1H{h}" for h in range(4)}
+    assert set(t.circuit.ablation) == {f"L1H{h}" for h in range(4)}
+    assert t.circuit.broken == ("L1H1", "L1H2", "L1H3")  # every induction head that falls by half: three here
 
 
 @pytest.mark.parametrize("n_ctx, d_vocab", [(2, 3), (6, 1000), (64, 21), (64, 2)])
@@ -271,3 +273,13 @@ def test_the_phase_change_is_read_from_the_shipped_checkpoints():
 def test_the_jump_is_the_largest_rise_between_consecutive_checkpoints():
     replay = induction.PhaseChange([0, 10, 20, 30, 40], [0.1, 0.3, 0.35, 0.8, 0.2], [0.0] * 5, 30)
     assert replay.jump == (20, 30)                                      # +0.45, more than +0.2 and the fall of 0.6
+
+
+def test_the_phase_changes_bins_share_no_checkpoint_and_the_jump_lies_in_one():
+    shipped = induction.phase_change("attn-only-2l")
+    bins = shipped.bins(5)
+    inside = [[step for step in shipped.steps if first <= step <= last] for first, last in bins]
+    assert sum(inside, []) == shipped.steps  # every checkpoint in exactly one bin, in order
+    assert bins[shipped.jump_bin(5)] == (0, 1_200) and shipped.jump == (900, 1_200) == (900, shipped.formed_at)
+    late = dataclasses.replace(shipped, induction=[0.05] * 16 + [0.9] * 5)
+    assert late.jump == (4_500, 4_800) and late.bins(5)[late.jump_bin(5)] == (3_900, 4_800)

@@ -28,3 +28,13 @@ def test_every_step_names_real_readings_and_pages_and_the_issue_topics_are_all_t
     for topic in ("sum", "patterns and messages", "residual stream", "zero", "one-layer", "two-layer",
                   "induction heads forming", "lstm"):
         assert topic in topics, topic
+
+
+def test_the_route_walks_every_stop_of_every_step_in_order_and_finds_where_a_page_is():
+    assert lessons.ROUTE[0] == ("app_pages/equivalence.py", {})
+    assert [stop for page, stop in lessons.ROUTE if page == "app_pages/circuits.py"] == [
+        {"section": "zero layers"}, {"section": "one layer"}, {"section": "two layers"}, {"section": "the phase change"}]
+    assert len(lessons.ROUTE) == sum(len(step.stops) for step in lessons.STEPS)
+    assert lessons.stop_at("app_pages/circuits.py", {"section": "one layer"}) == 4
+    assert lessons.stop_at("app_pages/circuits.py", {"section": None}) is None
+    assert lessons.stop_at("app_pages/home.py", {}) is None

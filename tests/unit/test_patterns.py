@@ -122,3 +122,21 @@ def test_weighted_messages_equal_the_head_output(cfg):
     assert len(result.top_tokens) == cfg.n_ctx and all(len(t) == patterns.TOP_PUSHED for t in result.top_tokens)
     early = patterns.messages(model, ids, 0, 1, dest=2)
     assert early.weights.shape == (3,) and early.check.passed
+
+
+def test_effective_rank_counts_the_singular_values_that_hold_the_share():
+    assert patterns.effective_rank(np.array([3.0, 1.0, 0.1])) == 2   # 9 / 10.01 < 0.9 ≤ 10 / 10.01
+    assert patterns.effective_rank(np.array([3.0, 0.1, 0.1])) == 1
+    assert patterns.effective_rank(np.ones(4)) == 4 and patterns.effective_rank(np.ones(10), 0.5) == 5
+    assert patterns.effective_rank(np.zeros(3)) == 0
+
+
+@pytest.mark.parametrize("d_head, d_model, bins", [
+    (32, 128, [(1, 1), (2, 16), (17, 32), (33, 128)]),   # the last bin is what rank ≤ d_head rules out
+    (24, 16, [(1, 1), (2, 8), (9, 16)]),                 # d_head ≥ d_model: nothing lies past the stream's width
+    (1, 16, [(1, 1), (2, 16)]), (2, 16, [(1, 1), (2, 2), (3, 16)])])
+def test_effective_rank_bins_cover_every_count_once(d_head, d_model, bins):
+    assert patterns.effective_rank_bins(d_head, d_model) == bins
+    for value in range(1, d_model + 1):
+        assert sum(first <= value <= last for first, last in bins) == 1
+        assert bins[patterns.bin_of(bins, value)][0] <= value

@@ -1,0 +1,220 @@
+"""Presentation mode: a page as slides for a projected class, and reading mode for someone studying alone.
+
+One row on top of every page holds the modes, the page's settings, Previous / part / Next and the link to the
+view. A slide is one part of a page; a part whose figures sit side by side is several slides, one figure each,
+so that every slide fits 1280 × 720. Next walks the whole lesson path (``lessons.ROUTE``): every slide of a
+part, every part of a page, then the next stop's page. Type is sized for the back of a room.
+"""
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
+
+import lessons
+
+PRESENT = "present"  # the URL's ?present=true (or =1) and the toggle's key
+READ = "read"        # the URL's ?read=true: reading mode, every answer drawn at once
+PART = "part"        # the URL key of the part shown in presentation mode
+SUB = "slide"        # the session's slide within that part
+COUNTS = "slide counts"  # part title -> how many slides it drew last time (Next needs it before the part draws)
+FROM_END = "from the end"  # set by Previous into an earlier stop of the same page: open its last part
+TEXT_PX, HEADING_PX = 24, 36  # the least a slide's text and headings may be, read at the back of a room
+
+# Streamlit's own test ids and HTML elements, never its generated class names. KaTeX keeps its relative sizes;
+# charts (svg) get their type from ``figures.for_slides``, since plotly measures its text to lay it out.
+STYLE = f"""<style>
+[data-testid="stMain"] :is(p, li, label, td, th, input, textarea, button, summary, span, code, small,
+  [data-testid="stMetricValue"] *, [data-testid="stMetricLabel"] *):not(.katex, .katex *, svg *, h1 *, h2 *, h3 *) {{
+  font-size: {TEXT_PX}px !important; line-height: 1.35 !important; }}
+[data-baseweb="popover"] :is(li, li *, p, span, label, input, button):not(svg *) {{ font-size: {TEXT_PX}px !important; }}
+[data-testid="stSidebar"] :is(p, li, label, span, input, button, code):not(svg *) {{ font-size: {TEXT_PX}px !important; }}
+[data-testid="stMain"] h1, [data-testid="stMain"] h1 * {{ font-size: {HEADING_PX + 8}px !important; }}
+[data-testid="stMain"] :is(h2, h2 *, h3, h3 *) {{ font-size: {HEADING_PX}px !important; line-height: 1.2 !important; }}
+[data-testid="stMainBlockContainer"] {{ padding-top: 3.75rem !important; padding-bottom: 1rem !important;
+  padding-left: 2rem !important; padding-right: 2rem !important; }}
+</style>"""
+
+_run = threading.local()  # this run's chrome row and slide counter (each session's run has its own thread)
+
+
+def presenting() -> bool:
+    return bool(st.session_state.get(PRESENT))
+
+
+def reading() -> bool:
+    """Reading mode: every piece of evidence drawn at once, each question folded above its section."""
+    return bool(st.session_state.get(READ)) and not presenting()
+
+
+def linked_present() -> bool:
+    """Whether the page's link asks for presentation mode (``?present=true``, or the short ``?present=1``), read
+    before the toggle is drawn: the app collapses the sidebar from it."""
+    return st.query_params.get(PRESENT, "").lower() in ("1", "true")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The row on top
+
+
+def chrome(page: str) -> None:
+    """The one row on top of every page, for ``page`` (its file, as ``lessons`` names it): the mode toggles, in
+    presentation mode the page's settings and Previous / part / Next, then the link to this view (filled after
+    the page runs, by ``link_place``)."""
+    _run.page = page
+    if st.query_params.get(PRESENT) == "1":  # the short form: the widget reads the corrected link on a rerun
+        st.query_params[PRESENT] = "true"
+        st.rerun()
+    mode, settings, back, choice, forward, _run.link = st.columns([1.4, 1.7, 1.6, 3.6, 1.2, 1.2],
+                                                                     vertical_alignment="center")
+    mode.toggle("Present", False, key=PRESENT, bind="query-params",
+                help="Presentation mode: one slide per screen, large type, Next walks the whole lesson.")
+    if presenting():
+        st.html(STYLE)
+        _run.settings, _run.nav, _run.stage = settings, (back, choice, forward), st.container()
+    else:
+        settings.toggle("Reading mode", False, key=READ, bind="query-params",
+                        help="Show every answer at once, with each question folded above it: for studying alone. "
+                             "Off, a question's evidence is drawn only when it is revealed.")
+        _run.settings = _run.nav = _run.stage = None
+    _run.titles, _run.popover = [], None
+
+
+def link_place() -> DeltaGenerator:
+    return _run.link
+
+
+def stage() -> DeltaGenerator:
+    """Where presentation mode draws the current slide: just below the top row, above the page's own title."""
+    return _run.stage
+
+
+def finish() -> None:
+    """After the page, in presentation mode: Previous and Next, drawn last so that they know how many slides the
+    part just drew (a reveal can add some); a page without parts gets them too, toward the lesson's stops."""
+    if not presenting():
+        return
+    titles, counts = _run.titles, st.session_state.get(COUNTS, {})
+    part, sub = st.session_state.get(PART), st.session_state.get(SUB, 0)
+    back, _, forward = _run.nav
+    _button(back, -1, titles, not titles or (part == titles[0] and sub == 0))
+    _button(forward, 1, titles, not titles or (part == titles[-1] and sub + 1 >= counts.get(part, 1)))
+
+
+@contextmanager
+def controls() -> Iterator[None]:
+    """The page's own widgets: in presentation mode in the top row's "Settings" (one for the page, however many
+    times a page asks), one click from every slide."""
+    if not presenting() or getattr(_run, "settings", None) is None:
+        yield
+        return
+    if getattr(_run, "popover", None) is None:
+        _run.popover = _run.settings.popover("Settings", icon=":material/tune:", width="stretch")
+    with _run.popover:
+        yield
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Previous / part / Next, through the lesson
+
+
+def _settings() -> dict:
+    return {key: st.session_state.get(key) for _, stop in lessons.ROUTE for key in stop}
+
+
+def _stop(page: str, by: int) -> tuple[str, dict[str, str]] | None:
+    """The lesson's next (``by`` = 1) or previous (-1) stop from the one ``page`` and the session's settings show;
+    the start page comes before the first stop. None past either end."""
+    here = lessons.stop_at(page, _settings())
+    target = (0 if by > 0 else None) if here is None else here + by
+    return lessons.ROUTE[target] if target is not None and 0 <= target < len(lessons.ROUTE) else None
+
+
+def _move(titles: list[str], by: int, page: str) -> None:
+    """Next (``by`` = 1) or Previous (-1) on ``page``: the part's next slide, else the next part, else the lesson's
+    next stop on this page (another of its settings). A callback: it runs before the next run's script, so the page
+    comes as an argument."""
+    counts, part, sub = st.session_state.get(COUNTS, {}), st.session_state.get(PART), st.session_state.get(SUB, 0)
+    index = titles.index(part) if part in titles else 0
+    if 0 <= sub + by < counts.get(part, 1):
+        st.session_state[SUB] = sub + by
+    elif 0 <= index + by < len(titles):
+        st.session_state[PART] = titles[index + by]
+        st.session_state[SUB] = counts.get(titles[index + by], 1) - 1 if by < 0 else 0
+    elif stop := _stop(page, by):
+        st.session_state.update(stop[1])
+        st.session_state[PART], st.session_state[SUB] = None, 0
+        st.session_state[FROM_END] = by < 0
+
+
+def _button(where: DeltaGenerator, by: int, titles: list[str], at_edge: bool) -> None:
+    """Previous or Next: a button within the page; at the page's edge, toward a stop on another page, a link to it
+    (a link keeps the link's settings, where the server may not rewrite bound ones), or disabled past the lesson."""
+    label, icon = ("Next", ":material/arrow_forward:") if by > 0 else ("Previous", ":material/arrow_back:")
+    stop = _stop(_run.page, by) if at_edge else None
+    if stop and stop[0] != _run.page:
+        where.page_link(stop[0], label=label, icon=icon, query_params=stop[1] or None, width="stretch")
+        return
+    where.button(label, icon=icon, on_click=_move, args=(titles, by, _run.page), width="stretch",
+                 type="primary" if by > 0 else "secondary", disabled=at_edge and stop is None)
+
+
+def navigation(titles: list[str]) -> int:
+    """The select box of the page's parts (``part`` in the URL) in the top row, beside Previous and Next (drawn by
+    ``finish``); returns the chosen part's index. Arriving from another page (or from a later stop of this page,
+    by Previous) opens the first part (or the last)."""
+    _run.titles = titles
+    if st.session_state.get(PART) not in titles:
+        linked = st.query_params.get(PART)
+        st.session_state[PART] = linked if linked in titles else titles[-1 if st.session_state.pop(FROM_END, False)
+                                                                          else 0]
+        st.session_state[SUB] = 0
+
+    def reset_slide() -> None:
+        st.session_state[SUB] = 0
+
+    picked = _run.nav[1].selectbox("part", titles, 0, key=PART, bind="query-params", label_visibility="collapsed",
+                                   on_change=reset_slide)
+    return titles.index(picked)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Slides within a part
+
+
+def part_note() -> None:
+    """The place, under a slide's heading, for "part k of n · slide j of m" (filled once the part has drawn)."""
+    _run.note = st.empty()
+
+
+def drawing_part(title: str, number: int, parts: int, draw: Callable[[], None]) -> None:
+    """Draw one part (``number`` of ``parts``) as the current slide: the side-by-side places it asks for
+    (``place``) are slides, and only the current one keeps what was drawn in it."""
+    _run.places, _run.discard = 0, []
+    counts = st.session_state.setdefault(COUNTS, {})
+    try:
+        draw()
+    finally:
+        for holder in _run.discard:
+            holder.empty()
+        counts[title] = max(1, _run.places)
+        _run.places = None
+    sub = min(st.session_state.get(SUB, 0), counts[title] - 1)
+    st.session_state[SUB] = sub
+    _run.note.caption(f"part {number} of {parts}" + (f" · slide {sub + 1} of {counts[title]}" if counts[title] > 1
+                                                     else ""))
+
+
+def place() -> DeltaGenerator:
+    """A place for one of a part's side-by-side figures or tables: in presentation mode each is a slide of its own
+    (what is drawn in the others is cleared as the part ends), elsewhere a plain container."""
+    if getattr(_run, "places", None) is None:
+        return st.container()
+    index, _run.places = _run.places, _run.places + 1
+    if index == st.session_state.get(SUB, 0):
+        return st.container()
+    holder = st.empty()
+    _run.discard.append(holder)
+    return holder.container()

@@ -57,3 +57,16 @@ def reveal(at: AppTest, key: str) -> tuple[str, str]:
     assert not at.exception, at.exception
     (line,) = [line for line in said() if line not in before]
     return re.match(r"This run: \*\*(.+?)\*\*", line)[1], line
+
+
+def next_part(at: AppTest) -> list[str]:
+    """Press Next in presentation mode until the slide's heading changes (a part may be several slides: one per
+    figure placed side by side); returns the captions seen on the way ("part k of n · slide j of m")."""
+    heading, seen = [h.value for h in at.subheader], []
+    for _ in range(6):
+        seen += [c.value for c in at.caption if c.value.startswith("part ")]
+        next(b for b in at.button if b.label == "Next").click().run()
+        assert not at.exception, at.exception
+        if [h.value for h in at.subheader] != heading:
+            return seen
+    raise AssertionError(f"Next stayed on {heading}: {seen}")

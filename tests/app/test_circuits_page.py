@@ -13,7 +13,7 @@ from mechlib.checks import Check
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
 from shell import literal
-from tests.app.helpers import APP, open_page, open_page_with_model, reveal, shown_checks
+from tests.app.helpers import APP, next_part, open_page, open_page_with_model, reveal, shown_checks
 
 REAL_ONE_LAYER = circuits.one_layer
 
@@ -214,7 +214,7 @@ def test_every_other_widget_starts_on_its_fresh_sessions_value():
 def test_presentation_mode_shows_one_part_at_a_time_and_next_moves_on():
     at = page(section="two layers", present=True)
     assert not at.exception and [s.value for s in at.subheader] == ["Two layers: how heads compose"]
-    next(b for b in at.button if b.label == "Next").click().run()
+    assert next_part(at) == [f"part 1 of 4 · slide {k} of 3" for k in (1, 2, 3)]  # Q-, K- and V-composition
     assert not at.exception and [s.value for s in at.subheader] == ["Virtual heads"]
     assert any(e.label == "Notes" for e in at.expander)                            # the prose, folded
 

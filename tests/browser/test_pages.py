@@ -1,4 +1,5 @@
-"""Every page in headless Chromium: loads without an exception box, draws its charts, reacts to a slider."""
+"""Every page in headless Chromium, in reading mode (every answer drawn): loads without an exception box, draws its
+charts, reacts to a slider."""
 
 import re
 import time
@@ -49,7 +50,7 @@ def test_every_page_has_its_own_url_path(browser, server):
 
 
 def test_equivalence_page_loads_draws_and_reacts(page, server):
-    page.goto(f"{server}/equivalence")  # the fresh server's first request: a deep link
+    page.goto(f"{server}/equivalence?read=true")  # the fresh server's first request: a deep link
     wait_for_app(page, charts=3)
     assert no_exception(page)
     assert "Page not found" not in page.inner_text("body")
@@ -71,7 +72,7 @@ def test_equivalence_page_loads_draws_and_reacts(page, server):
 
 
 def test_url_reproduces_the_screen(page, server):
-    page.goto(f"{server}/equivalence?D=256&H=4&row=130&dtype=float64")
+    page.goto(f"{server}/equivalence?D=256&H=4&row=130&dtype=float64&read=true")
     wait_for_app(page, charts=3)
     assert no_exception(page)
     charts = page.locator('[data-testid="stPlotlyChart"]').all_inner_texts()
@@ -158,7 +159,7 @@ def test_moving_a_slider_or_closing_the_tab_stops_training(browser, server):
 
 
 def test_patterns_page_loads_draws_and_reacts(page, server):
-    page.goto(f"{server}/patterns")
+    page.goto(f"{server}/patterns?read=true")
     wait_for_app(page, charts=4)
     assert no_exception(page)
     assert "Scores recomputed" in page.inner_text("body")
@@ -174,7 +175,7 @@ def test_patterns_page_loads_draws_and_reacts(page, server):
 
 
 def test_residual_page_loads_draws_and_reacts(page, server):
-    page.goto(f"{server}/residual")
+    page.goto(f"{server}/residual?read=true")
     wait_for_app(page, charts=4)
     assert no_exception(page)
     assert "At position 14 ('object'):" in page.inner_text("body")
@@ -187,17 +188,17 @@ def test_residual_page_loads_draws_and_reacts(page, server):
 
 def test_circuits_page_sections_load_and_draw(page, server):
     for section, charts in (("two+layers", 4), ("zero+layers", 2), ("one+layer", 3), ("the+phase+change", 2)):
-        page.goto(f"{server}/circuits?section={section}")
+        page.goto(f"{server}/circuits?section={section}&read=true")
         wait_for_app(page, charts=charts)
         assert no_exception(page), section
     press_slider(page, "training step", "Home")
     page.get_by_text("At step 0:").wait_for(timeout=30_000)
-    page.goto(f"{server}/circuits?section=two+layers")
+    page.goto(f"{server}/circuits?section=two+layers&read=true")
     save_whole_page(page, "circuits", height=3000, charts=4)
 
 
 def test_lstm_page_loads_draws_and_reacts(page, server):
-    page.goto(f"{server}/lstm")
+    page.goto(f"{server}/lstm?read=true")
     wait_for_app(page, charts=10)
     assert no_exception(page)
     assert "The test that separates them" in page.inner_text("body")

@@ -216,15 +216,17 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 
 def test_a_section_exports_a_large_png_an_svg_a_csv_and_a_zip(page, server):
-    page.goto(f"{server}/patterns")
+    page.goto(f"{server}/patterns?read=true")  # reading mode: every section's evidence drawn, no reveal needed
     wait_for_app(page, charts=4)
     menu = main(page).get_by_text("Export this section")
     menu.nth(4).click()  # the messages section: a figure and a table
     body = page.locator('[data-testid="stPopoverBody"]')
     with page.expect_download() as png:
-        body.get_by_role("button", name=re.compile(r"PNG \(3×\)")).first.click()
-    width, height = png_size(open(png.value.path(), "rb").read())
-    assert width >= 1200 and height >= 900, (width, height)
+        body.get_by_role("button", name=re.compile(r"^PNG, \d+ × \d+ px$")).first.click()
+    screen = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg')]
+        .filter(svg => svg.querySelector('.gtitle')?.textContent.startsWith('Attention from position'))
+        .map(svg => [svg.getBoundingClientRect().width, svg.getBoundingClientRect().height])""")[0]
+    assert png_size(open(png.value.path(), "rb").read()) == (screen[0] * 3, screen[1] * 3)  # the screen's, at 3×
     with page.expect_download() as svg:
         body.get_by_role("button", name="SVG").first.click()
     assert b"<svg" in open(svg.value.path(), "rb").read()[:500]

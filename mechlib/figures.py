@@ -203,7 +203,7 @@ def singular_values(spectra: dict[str, np.ndarray], d_head: int) -> go.Figure:
                                  line={"color": colour}, hovertemplate=f"{name}: σ_%{{x}} = %{{y:.3g}}<extra></extra>"))
     fig.add_vline(x=d_head + 0.5, line_dash="dash", annotation_text=f"d_head = {d_head}")
     fig.update_xaxes(title="index of the singular value")
-    fig.update_yaxes(title="singular value (log scale)", type="log")
+    fig.update_yaxes(title="singular value (log scale)", type="log", exponentformat="e")  # 1e−18: exponents full size
     return _layout(fig, "Singular values of W_QK and W_OV", 380)
 
 
@@ -362,15 +362,19 @@ def heads_forming(patterns: np.ndarray, step: int, length: int) -> go.Figure:
                                      hovertemplate="query %{y} → key %{x}<br>attention %{z:.2f}<extra></extra>"),
                           row=layer + 1, col=head + 1)
     middles, names = [1 + (length - 1) / 2, 1 + length + (length - 1) / 2], ["1st copy", "2nd copy"]
-    fig.update_xaxes(tickvals=middles, ticktext=names, tickangle=0)
-    fig.update_xaxes(title="key position", row=layers)  # the bottom row only: above, it would meet the next title
-    fig.update_yaxes(title="query position", autorange="reversed", tickvals=middles, ticktext=names)
+    fig.update_xaxes(tickvals=middles, ticktext=names, showticklabels=False)
+    fig.update_yaxes(tickvals=middles, ticktext=names, showticklabels=False, autorange="reversed")
+    fig.update_xaxes(showticklabels=True, row=layers)  # labels on the outer panels only: inside, they would meet
+    fig.update_yaxes(showticklabels=True, col=1)       # the next panel's, and its title
+    fig.update_xaxes(title="key position", row=layers, col=1)
+    fig.update_yaxes(title="query position", col=1)
     edge, end, dotted = length + 0.5, 2 * length + 0.5, {"color": "grey", "width": 1, "dash": "dot"}
     for layer in range(layers):  # where the second copy starts, on both axes of every panel
         for head in range(heads):
             fig.add_shape(type="line", x0=edge, x1=edge, y0=-0.5, y1=end, line=dotted, row=layer + 1, col=head + 1)
             fig.add_shape(type="line", x0=-0.5, x1=end, y0=edge, y1=edge, line=dotted, row=layer + 1, col=head + 1)
-    return _subplots_title(_layout(fig, f"Every head's attention at step {step:,} (white 0, dark blue 1)", 300 * layers + 80))
+    title = f"Every head's attention at step {step:,} (white 0, dark blue 1)"
+    return _subplots_title(_layout(fig, title, 300 * layers + 80))
 
 
 class LiveTraining:
@@ -452,6 +456,4 @@ def for_slides(fig: go.Figure) -> go.Figure:
     # (a figure sized by its cells, all of it).
     slides.update_layout(height=max((fig.layout.height or 450) + SLIDE_GROW_PX, rows * SLIDE_ROW_PX + 300),
                          width=fig.layout.width and round(fig.layout.width * SLIDE_FONT / FONT["size"]))
-    if slides.layout.title.pad.b:  # a title raised above subplot titles: raised by as much as they grew
-        slides.update_layout(title_pad_b=1.6 * SLIDE_FONT)
-    return slides
+    return _subplots_title(slides) if slides.layout.title.pad.b else slides  # raised as far as the panels' titles grew

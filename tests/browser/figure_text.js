@@ -8,8 +8,9 @@
   const kind = text => {
     const name = text.getAttribute('class') || '';
     if (/^[xy]\d*title$/.test(name)) return 'axis title';
-    if (text.closest('.colorbar')) return text.closest('.xtick, .ytick, .cbaxis') ? 'colour-bar tick' : 'colour-bar title';
-    if (text.closest('.xtick, .ytick')) return 'tick';
+    const tick = text.closest('g[class$="tick"]');  // xtick, y2tick, …: one tick label of an axis
+    if (text.closest('.colorbar')) return tick ? 'colour-bar tick' : 'colour-bar title';
+    if (tick) return 'tick';
     if (text.closest('.legend')) return 'legend';
     if (name.includes('gtitle')) return 'title';
     if (text.closest('.annotation')) return 'annotation';

@@ -15,9 +15,12 @@ import multiprocessing
 import os
 import pickle
 import queue
+import sys
 import threading
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
 
 import torch
@@ -55,9 +58,27 @@ def _ready() -> bool:
     return True
 
 
+@contextmanager
+def _spawning() -> Iterator[None]:
+    """Hold the pool's lock, with a bare ``__main__`` module, while processes may start: a process started meanwhile
+    (the manager, a worker) does not run the server's app script again.
+
+    A "spawn" child first re-runs its parent's ``__main__`` from that module's file (``multiprocessing.spawn``).
+    Streamlit runs each script as ``sys.modules["__main__"]`` with the app's ``__file__`` and leaves it there, so
+    the manager and each worker executed the whole app outside any session: 255 "missing ScriptRunContext"
+    warnings in the server's log when the Train page first started them, and the app's start-up work in every
+    process. A ``__main__`` without a file leaves the children nothing to re-run; a training needs only mechlib."""
+    with _lock:
+        script, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = script
+
+
 def _pool() -> tuple[ProcessPoolExecutor, object]:
     """The process-wide pool and the manager its queues live in, made on first use; the workers start at once."""
-    with _lock:
+    with _spawning():
         if not _shared:
             context = multiprocessing.get_context("spawn")
             _shared["manager"] = context.Manager()
@@ -112,7 +133,8 @@ def run(fn: Callable[..., TrainResult], kwargs: dict, on_progress: Callable[[Pro
     pool, manager = _pool()
     try:
         messages, cancel = manager.Queue(), manager.Event()
-        future = pool.submit(_work, fn, kwargs, messages, cancel)
+        with _spawning():  # a pool starts a worker on a submit that finds none idle
+            future = pool.submit(_work, fn, kwargs, messages, cancel)
     except (BrokenProcessPool, OSError, EOFError) as error:
         _forget(pool)
         raise RuntimeError("the training processes had stopped; they are restarted: press the button again") from error

@@ -54,6 +54,29 @@ def test_a_caller_that_stops_stops_the_worker_and_the_pool_goes_on():
     assert time.monotonic() - start < 60  # 100,000 steps take minutes: the stopped training let its worker go
 
 
+def test_new_workers_do_not_run_the_servers_script_again(tmp_path, monkeypatch):
+    """Streamlit leaves ``sys.modules["__main__"]`` as the app's script (``__file__`` = app.py); a "spawn" child re-runs
+    that file first, so every worker and the manager ran the whole app outside a session (255 "missing
+    ScriptRunContext" warnings when the Train page started them). Here the script only leaves a mark when run."""
+    import sys
+    import types
+
+    mark = tmp_path / "ran"
+    script = tmp_path / "app.py"
+    script.write_text(f"open({str(mark)!r}, 'a').write('ran\\n')\n")
+    as_streamlit_leaves_it = types.ModuleType("__main__")
+    as_streamlit_leaves_it.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", as_streamlit_leaves_it)
+    if "pool" in workers._shared:                                  # new processes, started while the script is __main__
+        workers._forget(workers._shared["pool"])
+    try:
+        _, history = workers.run(train.train, KWARGS, on_progress=lambda p: None, on_step=lambda step: None)
+        assert history[-1]["step"] == 40 and sys.modules["__main__"] is as_streamlit_leaves_it
+        assert not mark.exists()                             # neither the manager nor a worker ran the script
+    finally:
+        workers._forget(workers._shared["pool"])
+
+
 def test_errors_in_the_worker_reach_the_caller():
     huge = ModelConfig(n_layers=48, d_model=8192, n_heads=64, d_vocab=200_000, n_ctx=8192)
     with pytest.raises(BudgetError, match="training a model of"):

@@ -39,7 +39,7 @@ def assert_checks_hold(at: AppTest) -> None:
 
 def chart(at: AppTest, title: str) -> dict:
     specs = [json.loads(c.proto.spec)["layout"] for c in at.get("plotly_chart")]
-    return next(s for s in specs if s["title"]["text"].startswith(title))
+    return next(s for s in specs if s["title"]["text"].replace("<br>", " ").startswith(title))  # wrapped to fit
 
 
 def test_defaults_show_the_analogy_and_both_decompositions():

@@ -34,7 +34,7 @@ from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
 __all__ = ["Progress", "TrainResult", "train", "train_step", "adamw", "watch_sequence", "Preset", "INDUCTION_PRESET", "estimate_mb",
-           "seconds_left", "seconds_until_slot", "SessionBusy", "Ticket", "TrainingQueue", "QUEUE"]
+           "seconds_left", "expected_seconds_left", "seconds_until_slot", "SessionBusy", "Ticket", "TrainingQueue", "QUEUE"]
 
 EVAL_BATCH, EVAL_SEED = 32, 1234  # the fixed copying-task batch that training on the copying task is scored on
 WATCH_SEED = 99                   # the repeated sequence a preset's heads are drawn on while they form
@@ -168,6 +168,7 @@ class Preset:
     cfg: ModelConfig
     data: CopyingTask
     steps: int            # at most; ``until`` may stop it sooner
+    usual_steps: int      # where it usually stops: the median stopping step over seeds 0–4
     lr: float
     batch_size: int
     warmup: int
@@ -191,14 +192,15 @@ class Preset:
 
 # From a sweep on 2 CPU cores (steps to an induction score of 0.9, 3–5 seeds each): context 33 (the longest
 # segment fits twice) reached it in 350–425 steps at lr 1e-2 against 650–900 at 5e-3 with context 40; lr 2e-2
-# diverged on some seeds; one head and batch 64 took 225–275 steps, with shortformer positions 200.
+# diverged on some seeds; one head and batch 64 took 225–275 steps, with shortformer positions 200. Seeds 0–4 of
+# the preset as it stands stop at steps 225, 200, 200, 200, 200 (``Preset.formed``; bench.induction_speed).
 INDUCTION_PRESET = Preset(
     name="watch an induction head form",
     description="two attention-only layers of one head (d_model 64, shortformer positions, no LayerNorm) on the "
                 "copying task: random ids from 512, a segment of 8–16 of them after a random prefix, then the same "
                 "segment again; the loss counts the copy only",
     cfg=ModelConfig(n_layers=2, d_model=64, n_heads=1, d_vocab=512, n_ctx=33, positional="shortformer"),
-    data=CopyingTask(d_vocab=512, length=16), steps=3000, lr=1e-2, batch_size=64, warmup=0, weight_decay=0.0,
+    data=CopyingTask(d_vocab=512, length=16), steps=3000, usual_steps=200, lr=1e-2, batch_size=64, warmup=0, weight_decay=0.0,
     clip=None, eval_every=25, induction_target=0.9)
 
 
@@ -212,6 +214,16 @@ def estimate_mb(cfg: ModelConfig | LSTMConfig, batch_size: int) -> float:
 def seconds_left(step: int, steps: int, elapsed_s: float) -> float:
     """Seconds until step ``steps`` at the rate this training has measured: ``step`` (≥ 1) steps in ``elapsed_s``."""
     return (steps - step) * elapsed_s / step
+
+
+def expected_seconds_left(step: int, steps: int, elapsed_s: float, usual_steps: int | None) -> float | None:
+    """Seconds until a training that usually stops early (a preset, once its circuit forms) is expected to stop, at
+    the rate it has measured: until ``usual_steps`` (or ``steps``, if sooner). None without a usual stop, or once
+    past it: it then stops at whichever evaluation finds the circuit, and only ``seconds_left`` to ``steps``
+    bounds it. A bound alone misleads: the preset's bound was 216 s on a run that ended 17 s in."""
+    if usual_steps is None or step > usual_steps:
+        return None
+    return seconds_left(step, min(usual_steps, steps), elapsed_s)
 
 
 def seconds_until_slot(remaining_s: list[float], ahead: int, duration_s: float, limit: int) -> float:

@@ -125,6 +125,17 @@ def test_seconds_left_is_the_steps_to_go_at_the_measured_rate():
     assert train.seconds_left(200, 200, 10.0) == 0.0
 
 
+def test_a_training_that_usually_stops_early_expects_its_usual_stop_not_its_bound():
+    """The preset at 14 steps/s: step 70 of at most 3,000, usually stopping at 200 — about 9 s left, not the bound's
+    209 s; past its usual stop (or with none) no expectation, only the bound."""
+    assert train.expected_seconds_left(70, 3000, 5.0, 200) == pytest.approx(130 / 14)
+    assert train.seconds_left(70, 3000, 5.0) == pytest.approx(2930 / 14)
+    assert train.expected_seconds_left(70, 100, 5.0, 200) == pytest.approx(30 / 14)   # fewer steps set than usual
+    assert train.expected_seconds_left(200, 3000, 5.0, 200) == 0.0
+    assert train.expected_seconds_left(250, 3000, 5.0, 200) is None
+    assert train.expected_seconds_left(70, 3000, 5.0, None) is None
+
+
 @pytest.mark.parametrize("remaining, ahead, expected", [
     ([30.0, 100.0], 0, 30.0),    # next in line: the first running training to finish
     ([30.0, 100.0], 1, 90.0),    # one ahead takes the slot freed at 30 s and holds it 60 s; 90 s comes before 100 s
@@ -271,6 +282,7 @@ def test_the_induction_preset_forms_the_circuit_it_claims():
     preset = train.INDUCTION_PRESET
     result = preset.train(0)
     assert result.history[-1]["step"] <= 400 and result.history[-1]["induction"] >= 0.9
+    assert abs(result.history[-1]["step"] - preset.usual_steps) <= preset.eval_every   # its usual stop, as stated
     circuit = induction.induction_circuit(result.model.share())
     assert circuit.previous.startswith("L0") and circuit.previous_score >= 0.5
     assert circuit.induction_score >= 0.9 and circuit.ablated_score < 0.2

@@ -175,11 +175,13 @@ SLIDE_ROWS = 8  # a table's rows on one slide at slide-sized type
 def table(frame: pd.DataFrame, name: str, static: bool = False, **options) -> None:
     """``st.dataframe`` of ``frame`` (``st.table`` where ``static``: sentences read whole, not in cells to
     scroll), collected for the part's CSV export. In presentation mode every table is an HTML table, whose type the
-    slide's style can set (a data grid draws its own), cut to its first SLIDE_ROWS rows with a note."""
+    slide's style can set (a data grid draws its own), SLIDE_ROWS rows a slide (``slides.pages``)."""
     if presenting():
-        st.table(frame.head(SLIDE_ROWS), hide_index=True)
-        if len(frame) > SLIDE_ROWS:
-            st.caption(f"The first {SLIDE_ROWS} of {len(frame)} rows; Export this section has them all (CSV).")
+        for where, rows in slides.pages(len(frame), SLIDE_ROWS):
+            with where:
+                st.table(frame.iloc[rows], hide_index=True)
+                if rows.stop - rows.start < len(frame):
+                    st.caption(f"Rows {rows.start + 1}–{rows.stop} of {len(frame)}; Export this section has them all.")
     elif static:
         st.table(frame.set_index(frame.columns[0]))
     else:

@@ -218,3 +218,15 @@ def place() -> DeltaGenerator:
     holder = st.empty()
     _run.discard.append(holder)
     return holder.container()
+
+
+def pages(rows: int, per_slide: int) -> list[tuple[DeltaGenerator, slice]]:
+    """Where each run of ``per_slide`` rows of a ``rows``-row table goes: a slide each (``place``) when the table
+    stands alone in its part; inside a side-by-side place (which is one slide already) only the first run, the
+    caption saying how many rows the slide leaves out."""
+    if getattr(_run, "places", None) is None:
+        return [(st.container(), slice(0, rows))]
+    runs = [slice(start, min(start + per_slide, rows)) for start in range(0, max(rows, 1), per_slide)]
+    if len(runs) == 1 or _run.places:  # side by side with a figure, whose place is a slide already
+        return [(st.container(), runs[0])]
+    return [(place(), run) for run in runs]

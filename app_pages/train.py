@@ -15,8 +15,13 @@ from sections import answer_line, ask, beside, figure, prose, record, show
 from shell import add_session_model, literal, section, select_slider, session_id, slider
 
 PRESET = train.INDUCTION_PRESET
-BAR_QUESTION = (f"Will the best head's induction score reach {PRESET.induction_target} beside a previous-token head ≥ "
-                f"{PREV_TOKEN_MIN} (the preset's bar) within the steps set?")
+
+
+def bar_question(steps: int) -> str:
+    return (f"Will the best head's induction score reach {PRESET.induction_target} beside a previous-token head ≥ "
+            f"{PREV_TOKEN_MIN} (the preset's bar) within the {steps:,} steps set?")
+
+
 workers.warm()  # start the training processes while the student reads the page
 
 
@@ -77,12 +82,15 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
     heads_box, curves_box = (column.empty() for column in st.columns(2))
     history, live, reports = [], [], []
     clock = {"start": 0.0, "shown": 0.0}  # monotonic seconds: training start, last progress update
-    bound = "at most" if task == PRESET.name else "about"  # the preset stops early once its circuit forms
+    usual = PRESET.usual_steps if task == PRESET.name else None  # the preset stops early once its circuit forms
 
     def timing(step: int) -> str:
         elapsed = time.monotonic() - clock["start"]
-        return (f"step {step:,} of at most {steps:,} · {elapsed:.1f} s · {step / elapsed:.0f} steps/s · "
-                f"{bound} {train.seconds_left(step, steps, elapsed):.0f} s left")
+        most, expected = train.seconds_left(step, steps, elapsed), train.expected_seconds_left(step, steps, elapsed, usual)
+        left = (f"about {most:.0f} s left" if usual is None else
+                f"usually stops near step {usual:,}: about {expected:.0f} s left, at most {most:.0f} s"
+                if expected is not None else f"past step {usual:,}, where it usually stops: at most {most:.0f} s left")
+        return f"step {step:,} of at most {steps:,} · {elapsed:.1f} s · {step / elapsed:.0f} steps/s · {left}"
 
     def waiting(position: int, wait_s: float | None) -> None:
         eta = ("no training has finished on this server yet to estimate the wait" if wait_s is None
@@ -154,7 +162,7 @@ if task == PRESET.name:
     st.caption(f"{PRESET.cfg.n_params():,} parameters · batches of {PRESET.batch_size} × {PRESET.cfg.n_ctx} tokens · "
                f"lr {PRESET.lr:g} · seed {seed} (sidebar) · at most {train.QUEUE.limit} trainings run at once on this "
                f"server, {train.QUEUE.running} running now")
-    guess = ask("bar", BAR_QUESTION, ["yes", "no"])
+    guess = ask("bar", bar_question(PRESET.steps), ["yes", "no"])
     if st.button("Watch an induction head form", type="primary", icon=":material/play_arrow:"):
         st.session_state["bar guess"] = guess
         run(f"{PRESET.name}, seed {seed}", PRESET.steps, PRESET.train, {"seed": seed}, PRESET.data.length,
@@ -205,7 +213,7 @@ else:
                    f"({'words' if source in ('words', 'upload') else 'characters' if source == 'chars' else 'random ids'}) · "
                    f"batches of 32 × {n_ctx} tokens · ≈ {memory:,.0f} MB while training · seed {seed} (sidebar) · "
                    f"at most {train.QUEUE.limit} trainings run at once on this server, {train.QUEUE.running} running now")
-        guess = ask("bar", BAR_QUESTION, ["yes", "no"]) if n_layers else None
+        guess = ask("bar", bar_question(steps), ["yes", "no"]) if n_layers else None
         if st.button("Train", type="primary", icon=":material/play_arrow:"):
             st.session_state["bar guess"] = guess
             extras = "".join([", MLP" if mlp else "", ", LN" if ln else ""])
@@ -233,7 +241,7 @@ def trained_last() -> None:
         best = max(history, key=lambda row: row["induction"])
         guessed = st.session_state.get("bar guess")
         with st.container(border=True):
-            st.markdown(f"**{BAR_QUESTION}** " + ("" if guessed is None else f"You predicted **{guessed}** before it ran. ")
+            st.markdown(f"**{bar_question(report.steps)}** " + ("" if guessed is None else f"You predicted **{guessed}** before it ran. ")
                         + answer_line(guessed, ["yes" if reached else "no"], (
                             f"At step {reached['step']:,}: induction score {reached['induction']:.2f}, previous-token "
                             f"score {reached['prev_token']:.2f}." if reached else

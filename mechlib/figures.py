@@ -16,7 +16,7 @@ FONT = {"size": 14}
 TITLE_FONT = 17     # px, a figure's title
 SLIDE_FONT = 24     # px, presentation mode: every chart text, read from the back of a room at 1280 × 720
 SLIDE_ROW_PX = 32   # px per labelled row of a heatmap in presentation mode: a 24 px label with room around it
-SLIDE_GROW_PX = 100  # px a figure grows in presentation mode, for its larger title, tick labels and axis titles
+SLIDE_HEIGHT_PX = 440  # px of a slide's figure: what a 1280 × 720 slide has under its top row, title and caption
 CHAR_EM = 0.62      # a character's mean width in em, in the widest font plotly falls back to (DejaVu Sans for verdana)
 CELL_PX = 56        # px per cell of a heatmap sized by its cells (composition scores): a 1 × 1 matrix draws small
 
@@ -427,8 +427,8 @@ def copy_losses(losses: dict[str, np.ndarray], length: int, d_vocab: int, earlie
 
 def for_slides(fig: go.Figure) -> go.Figure:
     """A copy of ``fig`` for presentation mode: every font at least ``SLIDE_FONT`` px, every category label on
-    its axis shown (plotly thins crowded ticks), heatmaps tall enough for one label per row, and the figure's
-    size grown with its type."""
+    its axis shown (plotly thins crowded ticks), the slide's height (heatmaps tall enough for one label per row),
+    and a figure sized by its cells grown with its type."""
     slides = go.Figure(fig)  # a copy: the figure passed in is not touched
     for trace in slides.data:  # text drawn on the marks (bar values, cell values) has its own font, 12 px unless set
         if getattr(trace, "text", None) is not None or getattr(trace, "texttemplate", None) is not None:
@@ -452,8 +452,8 @@ def for_slides(fig: go.Figure) -> go.Figure:
                 slides.layout[name].update(tickmode="linear", dtick=1)
                 if axis == "y":
                     rows = max(rows, len(values))
-    # The margins plotly pushes out for the larger type take room from the plot: the figure grows to give it back
-    # (a figure sized by its cells, all of it).
-    slides.update_layout(height=max((fig.layout.height or 450) + SLIDE_GROW_PX, rows * SLIDE_ROW_PX + 300),
+    # One height, the slide's, taller only where every row's label needs room (a heatmap of many tokens); a figure
+    # sized by its cells grows with its type, whose margins would otherwise take its cells' room.
+    slides.update_layout(height=max(SLIDE_HEIGHT_PX, rows * SLIDE_ROW_PX + 300),
                          width=fig.layout.width and round(fig.layout.width * SLIDE_FONT / FONT["size"]))
     return _subplots_title(slides) if slides.layout.title.pad.b else slides  # raised as far as the panels' titles grew

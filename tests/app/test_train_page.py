@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from mechlib import train
-from tests.app.helpers import open_page, reveal
+from tests.app.helpers import open_page
 
 
 
@@ -19,6 +19,11 @@ def formed(row: dict[str, float]) -> bool:
     """The preset's own test of its bar (``Preset.formed``) on one evaluation of a history."""
     metrics = {key: row[key] for key in ("repeat_loss", "induction", "prev_token")}
     return train.INDUCTION_PRESET.formed(train.Progress(row["step"], 0, row["loss"], metrics, 0.0, 0.0))
+
+
+def bar_revealed(at: AppTest) -> str:
+    """The answer the bar question shows after the run (its prediction was asked before it)."""
+    return next(found[1] for m in at.markdown if (found := re.search(r"This run: \*\*(.+?)\*\*", m.value)))
 
 
 def bar_answer(at: AppTest) -> str:
@@ -34,6 +39,7 @@ def train_page(**state) -> AppTest:
 def test_the_preset_forms_an_induction_circuit_drawn_live_and_offers_it_to_the_circuits_page():
     at = open_page("app_pages/train.py")
     assert at.radio(key="t_task").value == train.INDUCTION_PRESET.name
+    at.radio(key="predict bar").set_value("no").run()  # predicted before the run, as the page asks
     at.button[0].click().run(timeout=120)
     assert not at.exception, at.exception
     last = at.session_state["last_trained"]
@@ -49,7 +55,9 @@ def test_the_preset_forms_an_induction_circuit_drawn_live_and_offers_it_to_the_c
     assert c.found and f"{c.induction} an induction head ({c.induction_score:.2f}) that falls to {c.ablated_score:.2f}" in message
     assert c.ablated_score < 0.2 and at.get("page_link")  # the link to the Circuits page
     assert at.session_state["c_model_attn-only-2l"] == "the sidebar's model"  # the Circuits page opens on it
-    assert reveal(at, "bar")[0] == bar_answer(at) == "yes"  # the preset stops at its first evaluation past the bar
+    assert bar_revealed(at) == bar_answer(at) == "yes"  # the preset stops at its first evaluation past the bar
+    assert any("You predicted **no** before it ran. This run: **yes** :red[**✗ not what you predicted**]" in m.value
+               for m in at.markdown)
 
 
 def test_a_preset_run_that_has_not_formed_the_circuit_says_so(monkeypatch):
@@ -62,7 +70,7 @@ def test_a_preset_run_that_has_not_formed_the_circuit_says_so(monkeypatch):
     assert re.search(r"Training stopped at step 25 after [\d.]+ s \(evaluations included\): induction score 0\.\d\d, "
                      r"previous-token score 0\.\d\d, short of the preset's bar\. The circuit check finds no induction "
                      r"circuit: ", warning)
-    assert reveal(at, "bar")[0] == bar_answer(at) == "no"  # the same question, answered "yes" on the full preset above
+    assert bar_revealed(at) == bar_answer(at) == "no"  # the same question, answered "yes" on the full preset above
     assert any("within the 25 steps set?" in m.value for m in at.markdown)
 
 
@@ -268,17 +276,19 @@ def test_each_result_figures_snippet_trains_again_and_rebuilds_it_exactly():
         exec(compile(snippet.replace("fig.show()", ""), "<snippet>", "exec"), namespace)  # noqa: S102
         assert time.monotonic() - began < 60, snippet  # seconds on an idle core; a minute on a loaded one
         fig = json.loads(namespace["fig"].to_json())
-        assert fig["data"] == chart["data"] and fig["layout"]["title"] == chart["layout"]["title"], snippet
+        shown = chart["layout"]["title"]["text"].replace("<br>", " ")  # the page wraps a title to the chart's width
+        assert fig["data"] == chart["data"] and fig["layout"]["title"]["text"] == shown, snippet
     assert namespace["result"].history == at.session_state["last_trained"]["history"]
 
 
 def test_the_bar_question_on_a_short_own_training_and_presentation_mode():
     at = train_page(**TINY)
     at.button[0].click().run()
-    assert reveal(at, "bar")[0] == bar_answer(at) == "no"
+    assert bar_revealed(at) == bar_answer(at) == "no"
     assert any("within the 50 steps set?" in m.value for m in at.markdown)
     at.toggle(key="present").set_value(True).run()
     assert not at.exception, at.exception
     assert [h.value for h in at.subheader] == ["The model you trained last"]
-    labels = [b.label for b in at.button]  # the section first (presentation mode draws it on top), then the controls
-    assert labels[:2] == ["Previous", "Next"] and "Train" in labels
+    assert {"Train", "Next"} <= {b.label for b in at.button}  # Next: the part's second chart is a slide of its own
+    # the lesson's stop before this one: the phase change
+    assert [(link.proto.label, link.proto.page) for link in at.get("page_link")] == [("Previous", "circuits")]

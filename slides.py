@@ -2,7 +2,7 @@
 
 One row on top of every page holds the modes, the page's settings, Previous / part / Next and the link to the
 view. A slide is one part of a page; a part whose figures sit side by side is several slides, one figure each,
-so that every slide fits 1280 × 720. Next walks the whole lesson path (``lessons.ROUTE``): every slide of a
+and a long table one slide per eight rows, so that each has the screen's width and most of its height. Next walks the whole lesson path (``lessons.ROUTE``): every slide of a
 part, every part of a page, then the next stop's page. Type is sized for the back of a room.
 """
 
@@ -19,7 +19,7 @@ PRESENT = "present"  # the URL's ?present=true (or =1) and the toggle's key
 READ = "read"        # the URL's ?read=true: reading mode, every answer drawn at once
 PART = "part"        # the URL key of the part shown in presentation mode
 SUB = "slide"        # the session's slide within that part
-COUNTS = "slide counts"  # part title -> how many slides it drew last time (Next needs it before the part draws)
+COUNTS = "slide counts"  # part title -> how many slides it drew last (Next's callback runs before the part draws)
 FROM_END = "from the end"  # set by Previous into an earlier stop of the same page: open its last part
 TEXT_PX, HEADING_PX = 24, 36  # the least a slide's text and headings may be, read at the back of a room
 

@@ -73,7 +73,7 @@ def the_ledger() -> None:
                "'length along x̂_final', total=result.final_norm)")
     with right:
         table(pd.DataFrame({"term": book.labels, "‖term‖": np.round(book.norms, 3),
-                            "along x̂_final": np.round(book.projections, 3)}), "ledger", height=420)
+                            "along x̂_final": np.round(book.projections, 3)}), "ledger", height="content")
 
 
 def through_depth() -> None:

@@ -92,6 +92,22 @@ def test_zero_layer_model_is_checked_against_the_logits():
     assert at.radio(key="predict dla").options == ["the token embedding", "a bias"]
 
 
+def test_the_ledger_grid_is_as_tall_as_its_terms(monkeypatch):
+    """attn-only-0l's ledger has one term: a grid of a fixed 420 px drew it above a column of empty rows. The grid
+    takes the height of its rows, one term or many."""
+    import sections
+
+    real, heights = sections.table, {}
+
+    def recording(frame, name, *args, **options):
+        heights[name] = (len(frame), options.get("height", "auto"))
+        real(frame, name, *args, **options)
+
+    monkeypatch.setattr(sections, "table", recording)
+    page(model="attn-only-0l")
+    assert heights["ledger"] == (1, "content")
+
+
 def test_one_head_has_no_pair_to_compare():
     at = page(model="random", layers=1, heads=1)
     checks_pass(at)

@@ -292,3 +292,23 @@ def test_the_bar_question_on_a_short_own_training_and_presentation_mode():
     assert {"Train", "Next"} <= {b.label for b in at.button}  # Next: the part's second chart is a slide of its own
     # the lesson's stop before this one: the phase change
     assert [(link.proto.label, link.proto.page) for link in at.get("page_link")] == [("Previous", "circuits")]
+
+
+def test_the_presets_time_left_is_to_its_usual_stop_with_the_bound_named_as_one(monkeypatch):
+    """The preset stops once its circuit forms, near ``usual_steps``: the time left shown is to that step at the run's
+    own rate, beside the bound to its last step ("at most"); past the usual stop only the bound is left."""
+    texts = spy_on_progress(monkeypatch)
+    monkeypatch.setattr(train, "INDUCTION_PRESET", dataclasses.replace(train.INDUCTION_PRESET, steps=100, usual_steps=50))
+    at = open_page("app_pages/train.py")
+    next(b for b in at.button if b.label == "Watch an induction head form").click().run(timeout=300)
+    assert not at.exception, at.exception
+    before = [tuple(float(x) for x in m.groups()) for t in texts if (m := re.search(
+        r"^step (\d+) of at most 100 · ([\d.]+) s · \d+ steps/s · usually stops near step 50: about (\d+) s left, at "
+        r"most (\d+) s", t or ""))]
+    past = [int(m.group(1)) for t in texts if (m := re.search(
+        r"^step (\d+) of at most 100 · [\d.]+ s · \d+ steps/s · past step 50, where it usually stops: at most \d+ s left",
+        t or ""))]
+    assert before and past and max(step for step, *_ in before) <= 50 < min(past), texts
+    for step, elapsed, left, most in before:  # this run's own rate, as shown beside it (elapsed to 0.1 s)
+        slack = 0.5 + 0.05 * (100 - step) / step
+        assert abs(left - (50 - step) * elapsed / step) <= slack and abs(most - (100 - step) * elapsed / step) <= slack

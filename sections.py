@@ -275,11 +275,13 @@ def snippet(collected: Collected, code: str, using: Callable | None = None) -> s
 
 def _asked(key: str, question: str, options: list[str]) -> bool:
     """Whether the question ``key`` is revealed; a new question under that key (other settings, another model)
-    starts unrevealed, so its evidence is hidden again."""
+    starts unrevealed and unanswered, so its evidence is hidden again and an earlier guess is not graded on it."""
     asked = (question, tuple(options))
     if st.session_state.get(f"asked {key}") != asked:
         st.session_state[f"asked {key}"] = asked
         st.session_state[f"reveal {key}"] = False
+        for guess in (f"guess {key}", f"predict {key}", f"exercise {key}"):
+            st.session_state.pop(guess, None)
     return st.session_state[f"reveal {key}"]
 
 

@@ -93,7 +93,7 @@ def _question_box():
 def beside(spec: int | list[int]) -> list[DeltaGenerator]:
     """``st.columns(spec)`` for figures and tables that sit side by side; in presentation mode each is a slide of its
     own at the screen's full width (``slides.place``), so that every token label of a chart has room at slide-sized
-    type and each slide fits the screen."""
+    type."""
     if presenting():
         return [slides.place() for _ in range(spec if isinstance(spec, int) else len(spec))]
     weights = [1] * spec if isinstance(spec, int) else spec

@@ -8,12 +8,39 @@ import json
 from dataclasses import dataclass
 from typing import Self
 
-__all__ = ["JsonConfig", "ModelConfig", "divisors"]
+__all__ = ["JsonConfig", "ModelConfig", "divisors", "whole"]
 
 NORMALIZATIONS = ("LN", None)
 POSITIONALS = ("standard", "shortformer")
 LIMITS = {"n_layers": (0, 48), "d_model": (1, 8192), "n_heads": (1, 256), "d_head": (1, 1024),
           "d_vocab": (2, 200_000), "n_ctx": (1, 8192), "d_mlp": (1, 32768)}
+
+
+MAX_DIGITS = 30  # a config number longer than this is refused before Python converts it (2**63 has 19 digits)
+
+
+def whole(name: str, value: object, low: int, high: int) -> None:
+    """The one check of a config's whole-number field: an int (not a bool) from ``low`` to ``high``, else a
+    ``ValueError`` that names the field and the range to choose from."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name}={_quoted(value)} must be a whole number; choose {name} between {low} and {high}")
+    if not low <= value <= high:
+        raise ValueError(f"{name}={value} is out of range; choose {name} between {low} and {high}")
+
+
+def _quoted(value: object, most: int = 40) -> str:
+    """``repr(value)`` cut to ``most`` characters, for a message."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _number(text: str) -> int:
+    """json.loads' reader of whole numbers, refusing absurd digit counts with our own sentence (Python's own
+    limit, 4,300 digits, advises changing an interpreter setting)."""
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise ValueError(f"the config holds a number of {len(text.lstrip('-')):,} digits; sizes have at most "
+                         f"{MAX_DIGITS}")
+    return int(text)
 
 
 def divisors(n: int) -> list[int]:
@@ -29,7 +56,7 @@ class JsonConfig:
 
     @classmethod
     def from_json(cls, text: str) -> Self:
-        fields = json.loads(text)
+        fields = json.loads(text, parse_int=_number)
         if not isinstance(fields, dict):
             raise ValueError("the config is not a JSON object")
         unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
@@ -63,12 +90,8 @@ class ModelConfig(JsonConfig):
             value = getattr(self, name)
             if value is None and name in ("d_head", "d_mlp"):
                 continue
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"{name}={value!r} must be a whole number")
-            if not low <= value <= high:
-                raise ValueError(f"{name}={value} is out of range; choose {name} between {low} and {high}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**63:
-            raise ValueError(f"seed={self.seed!r} must be a whole number from 0 to 2**63 − 1")
+            whole(name, value, low, high)
+        whole("seed", self.seed, 0, 2**63 - 1)
         if self.d_head is None:
             if self.d_model % self.n_heads:
                 allowed = ", ".join(str(k) for k in divisors(self.d_model)[:12])

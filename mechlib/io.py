@@ -76,8 +76,9 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def load(source: str | Path | bytes) -> Transformer | LSTM:
-    """A model from a checkpoint's path or bytes, after checking header, config, keys, shapes,
-    dtypes and finiteness. Raises ``CheckpointError``."""
+    """A model from a checkpoint's path or bytes, after checking, in this order and before anything is built:
+    header, config (bounded), the weights its config needs against the file's size, the header's names and
+    shapes, then dtypes and finiteness. Raises ``CheckpointError``, whatever the file holds."""
     if isinstance(source, bytes):
         data = source
     else:
@@ -87,27 +88,70 @@ def load(source: str | Path | bytes) -> Transformer | LSTM:
         if path.stat().st_size > MAX_BYTES:
             raise CheckpointError(_too_large(path.stat().st_size))
         data = path.read_bytes()
-    metadata = _read_header(data)
+    try:
+        return _build(data)
+    except CheckpointError:
+        raise
+    except Exception as error:  # a crafted file may reach torch's or safetensors' own errors: still a refusal
+        raise CheckpointError(f"the file cannot be read as a checkpoint ({type(error).__name__}: "
+                              f"{str(error)[:120]}); it is damaged or was not saved by mechlib.io.save") from None
+
+
+def _build(data: bytes) -> Transformer | LSTM:
+    metadata, entries = _read_header(data)
     architecture = metadata.get("architecture", "transformer")
     if architecture not in ARCHITECTURES:
-        raise CheckpointError(f"the checkpoint's architecture {architecture!r} is not one this app knows")
+        raise CheckpointError(f"the checkpoint's architecture {architecture[:40]!r} is not one this app knows")
     build, config_class, reference = ARCHITECTURES[architecture]
     cfg = _read_config(metadata, config_class)
     tokenizer = _read_tokenizer(metadata, cfg)
-    try:
-        tensors = st_load(data)
-    except Exception as error:  # safetensors reports damage with its own error types
-        raise CheckpointError(f"the file is damaged and cannot be read as safetensors ({error})") from None
+    _check_size(cfg, len(data))
     try:
         with torch.device("meta"):
             expected = build(cfg).state_dict()
     except BudgetError as error:
         raise CheckpointError(f"the checkpoint's model is too large for this server: {error}") from None
+    _check_entries(entries, expected)
+    try:
+        tensors = st_load(data)
+    except Exception as error:  # safetensors reports damage with its own error types
+        raise CheckpointError(f"the file is damaged and cannot be read as safetensors ({error})") from None
     _check_tensors(tensors, expected, reference)
     model = build(cfg).to(tensors[reference].dtype)
     model.load_state_dict(tensors)
     model.tokenizer = tokenizer
     return model
+
+
+def _check_size(cfg: ModelConfig | LSTMConfig, n_bytes: int) -> None:
+    """Each weight a config needs takes at least 2 bytes (float16, itself refused later by its dtype): more than
+    the file holds, and the config is refused before any model, even on the meta device, is built from it."""
+    weights = cfg.n_params()
+    if weights * 4 > MAX_BYTES:
+        raise CheckpointError(f"the checkpoint's model is too large for this server: its config needs {weights:,} "
+                              f"weights ({weights * 4 / 2**20:,.0f} MB in float32), and a checkpoint may be at most "
+                              f"{MAX_BYTES // 2**20} MB")
+    if weights * 2 > n_bytes:
+        raise CheckpointError(f"the checkpoint's config needs {weights:,} weights but the file has only {n_bytes:,} "
+                              "bytes: it is truncated or its config is not the one its weights were saved with")
+
+
+def _check_entries(entries: dict, expected: dict[str, torch.Tensor]) -> None:
+    """The header's tensor names and shapes against the config's, before safetensors reads any tensor."""
+    missing, unexpected = sorted(set(expected) - set(entries)), sorted(set(entries) - set(expected))
+    if missing:
+        raise CheckpointError(f"the checkpoint lacks {len(missing)} weight(s) its config needs: {', '.join(missing[:5])}")
+    if unexpected:
+        names = ", ".join(name[:60] for name in unexpected[:5])
+        raise CheckpointError(f"the checkpoint has {len(unexpected)} weight(s) its config does not use: {names}")
+    for name, want in expected.items():
+        entry = entries[name]
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in shape):
+            raise CheckpointError(f"{name} has no shape in the header; the file is damaged")
+        if shape != list(want.shape):
+            shown = str(shape) if len(str(shape)) <= 60 else str(shape)[:59] + "…"
+            raise CheckpointError(f"{name} has shape {shown}, but the config needs {list(want.shape)}")
 
 
 def _too_large(n_bytes: int) -> str:
@@ -128,7 +172,8 @@ def _not_safetensors(data: bytes, why: str) -> CheckpointError:
     return CheckpointError(f"this is not a safetensors file ({why}); it may be truncated or another format")
 
 
-def _read_header(data: bytes) -> dict[str, str]:
+def _read_header(data: bytes) -> tuple[dict[str, str], dict]:
+    """The header's metadata (strings) and its tensor entries (name -> dtype, shape, offsets)."""
     if not data:
         raise CheckpointError("the file is empty; choose a .safetensors checkpoint saved by this app or mechlib.io.save")
     if len(data) > MAX_BYTES:
@@ -147,7 +192,7 @@ def _read_header(data: bytes) -> dict[str, str]:
     metadata = header.get("__metadata__") or {}
     if not isinstance(metadata, dict) or not all(isinstance(value, str) for value in metadata.values()):
         raise CheckpointError("the safetensors metadata is not a JSON object of strings")  # as safetensors defines it
-    return metadata
+    return metadata, {name: entry for name, entry in header.items() if name != "__metadata__"}
 
 
 def _read_config(metadata: dict[str, str], config_class: type) -> ModelConfig | LSTMConfig:
@@ -175,18 +220,12 @@ def _read_tokenizer(metadata: dict[str, str], cfg: ModelConfig | LSTMConfig) -> 
 
 
 def _check_tensors(tensors: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], reference: str) -> None:
-    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
-    if missing:
-        raise CheckpointError(f"the checkpoint lacks {len(missing)} weight(s) its config needs: {', '.join(missing[:5])}")
-    if unexpected:
-        raise CheckpointError(f"the checkpoint has {len(unexpected)} weight(s) its config does not use: {', '.join(unexpected[:5])}")
+    """Dtypes, the causal masks, finiteness and magnitude: names and shapes were checked in the header."""
     float_dtype = tensors[reference].dtype
     if float_dtype not in FLOAT_DTYPES:
         raise CheckpointError(f"weights must be float32 or float64, {reference} is {float_dtype}")
     for name, want in expected.items():
         got = tensors[name]
-        if tuple(got.shape) != tuple(want.shape):
-            raise CheckpointError(f"{name} has shape {list(got.shape)}, but the config needs {list(want.shape)}")
         want_dtype = torch.bool if want.dtype == torch.bool else float_dtype
         if got.dtype != want_dtype:
             raise CheckpointError(f"{name} is {got.dtype}, expected {want_dtype} like the other weights")

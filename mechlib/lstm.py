@@ -11,12 +11,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from mechlib.config import JsonConfig
+from mechlib.config import JsonConfig, whole
 from mechlib.shared import Shareable
 
 __all__ = ["LSTMConfig", "LSTM", "cell_contributions"]
 
 GATES = ("input", "forget", "candidate", "output")  # torch.nn.LSTM's order: i, f, g, o
+LIMITS = {"d_vocab": (2, 200_000), "d_model": (1, 8192), "d_hidden": (1, 8192), "n_layers": (1, 48),
+          "n_ctx": (1, 8192)}  # as ModelConfig's: a config is bounded before anything is built from it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,12 +31,9 @@ class LSTMConfig(JsonConfig):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("d_vocab", "d_model", "d_hidden", "n_layers", "n_ctx"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (2 if name == "d_vocab" else 1):
-                raise ValueError(f"{name}={value!r} must be a whole number ≥ {2 if name == 'd_vocab' else 1}")
-        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ValueError(f"seed={self.seed!r} must be a whole number from 0 to 2**63 − 1")
+        for name, (low, high) in LIMITS.items():
+            whole(name, getattr(self, name), low, high)
+        whole("seed", self.seed, 0, 2**63 - 1)
 
     def n_params(self) -> int:
         H, recurrent = self.d_hidden, 0

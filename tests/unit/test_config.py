@@ -31,12 +31,19 @@ def test_indivisible_heads_name_the_allowed_values():
     ("d_mlp", 0, "d_mlp=0 is out of range"),
     ("normalization", "RMS", "normalization='RMS' is not known; choose 'LN' or None"),
     ("positional", "rotary", "positional='rotary' is not known; choose 'standard' or 'shortformer'"),
-    ("seed", -3, "seed=-3 must be a whole number from 0 to 2**63 − 1"),
-    ("seed", 2**64, "seed=18446744073709551616 must be a whole number from 0 to 2**63 − 1"),
+    ("seed", -3, "seed=-3 is out of range; choose seed between 0 and 9223372036854775807"),
+    ("seed", 2**64, "seed=18446744073709551616 is out of range; choose seed between 0 and 9223372036854775807"),
+    ("d_model", "x" * 5000, "d_model='xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… must be a whole number"),
 ])
 def test_bad_fields_are_named(field, value, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         ModelConfig(**{**BASE, field: value})
+
+
+def test_a_number_of_absurd_length_is_refused_with_our_own_sentence():
+    text = ModelConfig(**BASE).to_json().replace('"seed": 0', '"seed": ' + "9" * 5000)
+    with pytest.raises(ValueError, match="^the config holds a number of 5,000 digits; sizes have at most 30$"):
+        ModelConfig.from_json(text)
 
 
 def test_divisors():

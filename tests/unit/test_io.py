@@ -60,11 +60,20 @@ def bad_files(tmp_path) -> dict[str, tuple[bytes, str]]:
     nested_config = st_save(tensors, metadata={"format": io.FORMAT, "config": "[" * 100_000 + "]" * 100_000})
     huge_seed = st_save(tensors, metadata={"format": io.FORMAT, "config": CFG.to_json().replace('"seed": 5', f'"seed": {2**64}')})
     huge_config = st_save(tensors, metadata={"format": io.FORMAT, "config": ModelConfig(n_layers=48, d_model=8192, n_heads=8, d_vocab=200_000, n_ctx=8192).to_json()})
+    lstm = {"format": io.FORMAT, "architecture": "lstm"}
+    deep_lstm = st_save(tensors, metadata={**lstm, "config": json.dumps({"d_vocab": 5, "d_model": 2, "d_hidden": 2, "n_layers": 10**6})})
+    wide_lstm = st_save(tensors, metadata={**lstm, "config": json.dumps({"d_vocab": 5, "d_model": 2, "d_hidden": 8192, "n_layers": 48})})
+    many_digits = st_save(tensors, metadata={"format": io.FORMAT, "config": CFG.to_json().replace('"seed": 5', '"seed": ' + "7" * 5000)})
+    header = json.loads(good[8 : 8 + int.from_bytes(good[:8], "little")])
+    header["embed.W_E"]["shape"] = [2**62, 2**62]  # sizes whose product overflows: never handed to torch
+    text = json.dumps(header).encode()
+    overflowing_shape = struct.pack("<Q", len(text)) + text + good[8 + int.from_bytes(good[:8], "little"):]
     return {
         "empty": (b"", "the file is empty"),
         "random bytes": (bytes(range(256)) * 40, "not a safetensors file"),
         "tiny": (b"abc", "too short"),
         "truncated": (good[: len(good) // 2], "damaged"),
+        "too small for its config": (good[: len(good) // 4], "needs 5,367 weights but the file has only 6,281 bytes"),
         "pickle": (pickle.dumps({"a": 1}), "looks like a pickle/torch.save file"),
         "torch.save zip": (b"PK\x03\x04" + bytes(100), "looks like a pickle/torch.save file"),
         "header not json": (struct.pack("<Q", 4) + b"\xff\xfe{[" + bytes(8), "header is not JSON"),
@@ -75,19 +84,24 @@ def bad_files(tmp_path) -> dict[str, tuple[bytes, str]]:
         "huge values": (rewrite(huge_values), "embed.W_E holds values up to 3e+38, above 10,000"),
         "nested header": (nested_header, "header is not JSON"),
         "nested config": (nested_config, "config is not a flat JSON object"),
-        "huge seed": (huge_seed, "must be a whole number from 0 to 2**63"),
+        "huge seed": (huge_seed, "seed=18446744073709551616 is out of range"),
         "wrong shape": (rewrite(wrong_shape), "blocks.1.attn.W_O has shape [4, 4, 17], but the config needs [4, 4, 16]"),
         "missing key": (rewrite(missing), "lacks 1 weight(s) its config needs: unembed.W_U"),
         "extra key": (rewrite(extra), "has 1 weight(s) its config does not use: blocks.9.attn.W_Q"),
         "mixed dtype": (rewrite(half), "is torch.float16, expected torch.float32"),
         "broken mask": (rewrite(broken_mask), "blocks.0.attn.mask does not hold the causal mask"),
+        "a million LSTM layers": (deep_lstm, "n_layers=1000000 is out of range; choose n_layers between 1 and 48"),
+        "a huge LSTM": (wide_lstm, "too large for this server: its config needs 25,504,620,559 weights (97,292 MB in float32)"),
+        "5,000 digits": (many_digits, "the config holds a number of 5,000 digits; sizes have at most 30"),
+        "overflowing shape": (overflowing_shape, "embed.W_E has shape [4611686018427387904, 4611686018427387904], but"),
     }
 
 
-@pytest.mark.parametrize("case", ["empty", "random bytes", "tiny", "truncated", "pickle", "torch.save zip",
-                                  "header not json", "no config", "bad config", "too large", "nan", "huge values",
-                                  "nested header", "nested config", "huge seed", "wrong shape",
-                                  "missing key", "extra key", "mixed dtype", "broken mask"])
+@pytest.mark.parametrize("case", ["empty", "random bytes", "tiny", "truncated", "too small for its config", "pickle",
+                                  "torch.save zip", "header not json", "no config", "bad config", "too large", "nan",
+                                  "huge values", "nested header", "nested config", "huge seed", "wrong shape",
+                                  "missing key", "extra key", "mixed dtype", "broken mask", "a million LSTM layers",
+                                  "a huge LSTM", "5,000 digits", "overflowing shape"])
 def test_each_bad_file_raises_one_error_type_with_a_clear_message(tmp_path, case):
     data, message = bad_files(tmp_path)[case]
     with pytest.raises(io.CheckpointError, match=re.escape(message)):

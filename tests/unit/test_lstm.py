@@ -38,5 +38,7 @@ def test_gates_lie_in_zero_one_and_the_cell_decomposes_exactly():
 
 
 def test_bad_sizes_are_named():
-    with pytest.raises(ValueError, match="d_hidden=0 must be a whole number ≥ 1"):
+    with pytest.raises(ValueError, match="d_hidden=0 is out of range; choose d_hidden between 1 and 8192"):
         LSTMConfig(d_vocab=10, d_model=4, d_hidden=0)
+    with pytest.raises(ValueError, match="n_layers=1000000 is out of range; choose n_layers between 1 and 48"):
+        LSTMConfig(d_vocab=10, d_model=4, d_hidden=4, n_layers=1_000_000)

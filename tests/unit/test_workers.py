@@ -81,3 +81,66 @@ def test_errors_in_the_worker_reach_the_caller():
     huge = ModelConfig(n_layers=48, d_model=8192, n_heads=64, d_vocab=200_000, n_ctx=8192)
     with pytest.raises(BudgetError, match="training a model of"):
         workers.run(train.train, {**KWARGS, "cfg": huge}, on_progress=lambda p: None, on_step=lambda step: None)
+
+
+SERVER = """
+import sys, threading, time
+from mechlib import train, workers
+from mechlib.config import ModelConfig
+from mechlib.data import RandomTokens
+
+kwargs = {"cfg": ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=20, n_ctx=16), "data": RandomTokens(20),
+          "steps": 10_000_000, "seed": 0, "eval_every": 10_000_000, "watch": 5}
+threading.Thread(target=workers.run, args=(train.train, kwargs, lambda p: None, print), daemon=True).start()
+time.sleep(600)
+"""
+
+
+def _children(pid: int) -> set[int]:
+    """Every process whose parent is ``pid``, and theirs."""
+    found, parents = set(), {pid}
+    while parents:
+        new = set()
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (ValueError, OSError, IndexError):
+                continue
+            if ppid in parents and int(entry) not in found:
+                new.add(int(entry))
+        found |= new
+        parents = new
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_workers_the_manager_and_the_resource_tracker_die_with_a_killed_server(tmp_path):
+    """A server killed with ``kill -9`` while a training runs: within 5 s no worker, manager or resource tracker of
+    it is left (they kept running with parent 1 for ten minutes)."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    server = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "10"  # the worker is training: its tenth step reached us
+        children = _children(server.pid)
+        assert len(children) >= 1 + train.QUEUE.limit  # the manager and the workers (and the resource tracker)
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+            time.sleep(0.1)
+        assert [pid for pid in children if _alive(pid)] == []
+    finally:
+        server.kill()

@@ -61,7 +61,7 @@ def random_model_sizes() -> None:
 
 def upload_checkpoint() -> None:
     """A checkpoint the user uploads: validated before use; a bad file changes nothing."""
-    upload = st.file_uploader("checkpoint (.safetensors)", type=["safetensors"], max_upload_size=MAX_BYTES // 2**20,
+    upload = st.file_uploader("checkpoint (.safetensors)", type=["safetensors"], max_upload_size=MAX_BYTES // 10**6,
                               help="Saved by mechlib.io.save or downloaded from the Train page. Pickles are never opened.")
     if upload is None:
         return

@@ -26,7 +26,8 @@ ARCHITECTURES = {"transformer": (Transformer, ModelConfig, "embed.W_E"), "lstm":
 __all__ = ["CheckpointError", "save", "to_bytes", "write_atomic", "load", "MAX_BYTES", "FORMAT"]
 
 FORMAT = "addition-machines/1"
-MAX_BYTES = 64 * 2**20  # the app's uploader states it as MAX_BYTES // 2**20 MB: Streamlit's MB is 2²⁰ bytes
+MAX_BYTES = 64 * 10**6  # the one upload cap: the app's uploader is given MAX_BYTES // 10**6 MB, which Chromium and
+                         # Firefox count in 10⁶ bytes (Streamlit's server in 2²⁰): a file under the cap is never refused
 MAX_ABS = 1e4  # larger weights overflow float32 logits: a corrupt or diverged checkpoint
 FLOAT_DTYPES = (torch.float32, torch.float64)
 
@@ -129,8 +130,8 @@ def _check_size(cfg: ModelConfig | LSTMConfig, n_bytes: int) -> None:
     weights = cfg.n_params()
     if weights * 4 > MAX_BYTES:
         raise CheckpointError(f"the checkpoint's model is too large for this server: its config needs {weights:,} "
-                              f"weights ({weights * 4 / 2**20:,.0f} MB in float32), and a checkpoint may be at most "
-                              f"{MAX_BYTES // 2**20} MB")
+                              f"weights ({weights * 4 / 10**6:,.0f} MB in float32), and a checkpoint may be at most "
+                              f"{MAX_BYTES // 10**6} MB")
     if weights * 2 > n_bytes:
         raise CheckpointError(f"the checkpoint's config needs {weights:,} weights but the file has only {n_bytes:,} "
                               "bytes: it is truncated or its config is not the one its weights were saved with")
@@ -155,8 +156,8 @@ def _check_entries(entries: dict, expected: dict[str, torch.Tensor]) -> None:
 
 
 def _too_large(n_bytes: int) -> str:
-    """The size refusal, in the uploader's unit (MB of 2²⁰ bytes), so both state the same cap."""
-    return f"the file is {n_bytes / 2**20:.1f} MB; checkpoints may be at most {MAX_BYTES // 2**20} MB"
+    """The size refusal, in the uploader's unit (MB of 10⁶ bytes), so both state the same cap."""
+    return f"the file is {n_bytes / 10**6:,.1f} MB; checkpoints may be at most {MAX_BYTES // 10**6} MB"
 
 
 def _looks_like_pickle(data: bytes) -> bool:

@@ -91,7 +91,7 @@ def bad_files(tmp_path) -> dict[str, tuple[bytes, str]]:
         "mixed dtype": (rewrite(half), "is torch.float16, expected torch.float32"),
         "broken mask": (rewrite(broken_mask), "blocks.0.attn.mask does not hold the causal mask"),
         "a million LSTM layers": (deep_lstm, "n_layers=1000000 is out of range; choose n_layers between 1 and 48"),
-        "a huge LSTM": (wide_lstm, "too large for this server: its config needs 25,504,620,559 weights (97,292 MB in float32)"),
+        "a huge LSTM": (wide_lstm, "too large for this server: its config needs 25,504,620,559 weights (102,018 MB in float32)"),
         "5,000 digits": (many_digits, "the config holds a number of 5,000 digits; sizes have at most 30"),
         "overflowing shape": (overflowing_shape, "embed.W_E has shape [4611686018427387904, 4611686018427387904], but"),
     }
@@ -132,12 +132,12 @@ def test_oversized_file_is_refused_before_reading(tmp_path, monkeypatch):
 
 
 def test_the_size_cap_is_stated_as_the_uploader_states_it(tmp_path):
-    # app.py's uploader says MAX_BYTES // 2**20 MB (Streamlit's MB is 2**20 bytes); the refusal names the same number
-    assert io.MAX_BYTES // 2**20 == 64
+    # app.py's uploader says MAX_BYTES // 10**6 MB (the browser's MB is 10**6 bytes); the refusal names the same number
+    assert io.MAX_BYTES == 64 * 10**6
     with pytest.raises(io.CheckpointError, match=r"^the file is 64\.0 MB; checkpoints may be at most 64 MB$"):
         io.load(bytes(io.MAX_BYTES + 1))
     path = tmp_path / "big.safetensors"
-    path.write_bytes(bytes(io.MAX_BYTES + 2**20))
+    path.write_bytes(bytes(io.MAX_BYTES + 10**6))
     with pytest.raises(io.CheckpointError, match=r"^the file is 65\.0 MB; checkpoints may be at most 64 MB$"):
         io.load(path)
 

@@ -85,3 +85,42 @@ def test_one_session_filling_the_store_pushes_out_only_its_own_checkpoints():
     for seed in (1, 2):
         with pytest.raises(StoreError):
             store.get(short_id(data[seed]))
+
+
+def test_ids_are_80_bits_and_a_colliding_id_keeps_the_first_model_and_refuses_the_second(monkeypatch):
+    assert ID_CHARS * 5 >= 80  # base32: 5 bits a letter
+    store, first, second = CheckpointStore(), checkpoint(0), checkpoint(1)
+    monkeypatch.setattr("mechlib.store.short_id", lambda data: "same" * 4)  # as a birthday search would find
+    store.put("uploaded", "first", first, "student a")
+    with pytest.raises(CheckpointError, match="^another checkpoint is kept under this one's id samesamesamesame"):
+        store.put("uploaded", "second", second, "student b")
+    assert store.get("same" * 4).data == first
+
+
+def test_a_pinned_checkpoint_outlives_every_bound():
+    clock, data = Clock(), [checkpoint(seed) for seed in range(6)]
+    store = CheckpointStore(max_count=2, per_owner=1, ttl_s=100, clock=clock)
+    store.put("trained", "the lesson's model", data[0], "teacher")
+    store.pin(short_id(data[0]))
+    store.put("trained", "the teacher's next", data[1], "teacher")  # the teacher's share is 1: the pinned one stays
+    for seed in range(2, 6):  # other browsers fill the store past its count
+        store.put("uploaded", str(seed), data[seed], f"student {seed}")
+    clock.now = 1000  # and every unpinned one expires
+    assert store.get(short_id(data[0])).data == data[0] and len(store) == 1
+    store.unpin(short_id(data[0]))
+    clock.now = 2000
+    with pytest.raises(StoreError):
+        store.get(short_id(data[0]))
+    with pytest.raises(StoreError, match="to pin"):
+        store.pin("nothing")
+
+
+def test_pins_are_bounded_the_oldest_released_first():
+    from mechlib.store import MAX_PINNED
+
+    store = CheckpointStore()
+    keys = [short_id(store.put("trained", str(seed), checkpoint(seed), f"teacher {seed}").data)
+            for seed in range(MAX_PINNED + 1)]
+    for key in keys:
+        store.pin(key)
+    assert not store.pinned(keys[0]) and all(store.pinned(key) for key in keys[1:])

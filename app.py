@@ -1,5 +1,6 @@
 """Addition Machines: the app shell. Navigation, and the sidebar every page shares."""
 
+import hashlib
 import re
 from collections.abc import Callable
 
@@ -13,8 +14,8 @@ from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
 from mechlib.store import ID_CHARS, STORE, StoreError
-from shell import (add_session_model, clean_url_ints, freeze_libraries, literal, select_slider, session_model, slider,
-                   warm_up)
+from shell import (add_session_model, clean_url_ints, freeze_libraries, literal, quoted, select_slider, session_model,
+                   slider, teacher, url_notes, warm_up)
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide",
                    initial_sidebar_state="collapsed" if slides.linked_present() else "auto")
@@ -54,8 +55,13 @@ def random_model_sizes() -> None:
                           seed=st.session_state["seed"])
         require_budget(cfg.estimate_mb(batch=1), f"a model of {cfg.n_params():,} parameters")
     except (ValueError, BudgetError) as error:
-        st.error(f"{error}. The previous model stays selected.")
-        return
+        if (st.session_state.get("model_choice") or ("",))[0] == "random":
+            st.error(f"{error}. The previous model stays selected.")
+            return
+        st.session_state["url_notes"] = [f"The random model's sizes are refused: {error}. The default model is "
+                                         "shown instead."]  # no random model to keep: a link's sizes, say
+        st.session_state["select_model"] = DEFAULT_MODEL
+        st.rerun()
     st.session_state["model_choice"] = ("random", cfg.to_json())
 
 
@@ -66,14 +72,18 @@ def upload_checkpoint() -> None:
     if upload is None:
         return
     data = upload.getvalue()
-    try:
-        model = zoo.from_checkpoint(data)[1]
-    except CheckpointError as error:
-        st.error(f"{literal(upload.name)}: {literal(str(error))}. The previous model stays selected.")
-        return
-    if not isinstance(model.cfg, ModelConfig):
-        st.error(f"{literal(upload.name)}: this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses "
-                 "its own models. The previous model stays selected.")
+    refused = st.session_state.setdefault("refused uploads", {})  # digest -> why: a file left in the uploader
+    digest = hashlib.sha256(data).hexdigest()                     # is not validated again on every rerun
+    if digest not in refused:
+        try:
+            model = zoo.from_checkpoint(data)[1]
+            if not isinstance(model.cfg, ModelConfig):
+                refused[digest] = ("this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses "
+                                   "its own models")
+        except CheckpointError as error:
+            refused[digest] = literal(str(error))
+    if digest in refused:
+        st.error(f"{quoted(upload.name)}: {refused[digest]}. The previous model stays selected.")
         return
     if data not in st.session_state["session_models"].values():
         add_session_model("uploaded", upload.name, data)
@@ -110,10 +120,10 @@ def read_linked_model(asked: str, options: list[str], label: Callable[[str], str
         del st.query_params["model"]
         zoo_name = asked.removeprefix("zoo: ")
         st.session_state["url_notes"] = [
-            f"The link's model “{literal(asked)}” is the zoo's LSTM: the sidebar's pages study transformers, and the "
+            f"The link's model “{quoted(asked)}” is the zoo's LSTM: the sidebar's pages study transformers, and the "
             "LSTM page uses it on its own. The default model is shown instead."
             if zoo_name in zoo.RECIPES and not isinstance(zoo.RECIPES[zoo_name].cfg, ModelConfig) else
-            f"The link's model “{literal(asked)}” does not exist on this server: it is none of the zoo's models, and "
+            f"The link's model “{quoted(asked)}” does not exist on this server: it is none of the zoo's models, and "
             "no trained model has that id (trained models are kept for a while, then expire). The default model is "
             "shown instead."]
     st.rerun()
@@ -146,8 +156,22 @@ def model_picker() -> None:
             random_model_sizes()
     else:
         st.session_state["model_choice"] = ("session", picked)
+        if teacher() and (linked := LINKED.match(picked)):
+            pin_toggle(linked["id"])
     with st.expander("upload a checkpoint", expanded=False):
         upload_checkpoint()
+
+
+def pin_toggle(key: str) -> None:
+    """The teacher's pin for the stored model ``key``: kept on the server while it runs, whatever the class
+    trains or uploads, so the lesson's links to it never expire."""
+    def flip() -> None:
+        (STORE.pin if st.session_state[f"pin {key}"] else STORE.unpin)(key)
+
+    st.session_state[f"pin {key}"] = STORE.pinned(key)
+    st.toggle("Pin for the class", key=f"pin {key}", on_change=flip, help="Keep this model on the server while it "
+              "runs, whatever students train or upload: links to it never expire. Offered to a browser on the "
+              "server's own machine, the teacher's.")
 
 
 def sidebar() -> None:
@@ -166,6 +190,7 @@ navigation = st.navigation(list(PAGE_FILES.values()))
 with st.sidebar:
     sidebar()
 slides.chrome(next(page for page in PAGE_FILES if PAGE_FILES[page] is navigation))
+url_notes()
 try:
     navigation.run()
 finally:  # after the page's widgets, so the URL holds every setting the page drew (a page may stop early)

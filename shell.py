@@ -1,6 +1,7 @@
 """What every page shares with the app shell: URL-bound widgets, this session's models, the input tokens."""
 
 import gc
+import hashlib
 import importlib
 import math
 import re
@@ -14,7 +15,7 @@ import sections
 from mechlib import bigrams, data, zoo
 from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
-from mechlib.device import MEMORY, BudgetError
+from mechlib.device import MEMORY, BudgetError, experiment_mb
 from mechlib.model import Transformer
 from mechlib.store import STORE, short_id
 
@@ -55,6 +56,18 @@ def literal(text: str) -> str:
     Markdown: a backslash before every character that bold, links, images, LaTeX or :red[…] would act on. A "."
     stays bare, so file names read as typed; alone it only numbers a list ("1. " opening a line)."""
     return _MARKDOWN.sub(r"\\\1", text)
+
+
+_INVISIBLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")  # controls, bidi
+QUOTE_CHARS = 80  # the most of a user's string a message quotes
+
+
+def quoted(text: str) -> str:
+    """A user's string (a file name, a link's value) quoted in a message: at most ``QUOTE_CHARS`` characters
+    (the rest counted), control and bidirectional characters made visible as ⟨U+202E⟩ (one reversed the rest of
+    its warning line), and ``literal`` for Markdown."""
+    cut = text if len(text) <= QUOTE_CHARS else f"{text[:QUOTE_CHARS]}… ({len(text):,} characters)"
+    return literal(_INVISIBLE.sub(lambda char: f"⟨U+{ord(char[0]):04X}⟩", cut))
 
 
 def _restate(key: str, value) -> None:
@@ -122,8 +135,13 @@ def clean_url_ints(bounds: dict[str, tuple[int, int]]) -> None:
     if notes:
         st.session_state["url_notes"] = notes
         st.rerun()
+
+
+def url_notes() -> None:
+    """What the link asked for and did not get (a value out of range, a model that is gone, refused sizes), on
+    the page above its content, where a student who opened the link reads it; once."""
     for note in st.session_state.pop("url_notes", []):
-        st.warning(note)
+        st.warning(note, icon=":material/link_off:")
 
 
 SESSION_MODELS = 8  # trained or uploaded models a session lists; the oldest goes first
@@ -134,14 +152,32 @@ def session_id() -> str:
     return st.session_state.setdefault("session_id", uuid.uuid4().hex)
 
 
-def add_session_model(kind: str, name: str, data: bytes) -> str:
+def browser_id() -> str:
+    """This browser, to the store's share: its tabs send the same cookie (Streamlit's own, set once per browser
+    with the page), so ten tabs get one share, not ten. A client without it (a script) is its session."""
+    cookie = st.context.cookies.get("_streamlit_xsrf")
+    if not isinstance(cookie, str) or not cookie:  # none sent (or a test harness's stand-in)
+        return "session " + session_id()
+    return "browser " + hashlib.sha256(cookie.encode()).hexdigest()[:20]
+
+
+def teacher() -> bool:
+    """A browser on the server's own machine: the teacher's, who started the server, and may pin models for a
+    lesson (students reach the server over the network)."""
+    return st.context.ip_address in ("127.0.0.1", "::1")  # None under AppTest: no pin control there
+
+
+def add_session_model(kind: str, name: str, data: bytes, pin: bool = False) -> str:
     """Keep a trained or uploaded checkpoint in the server's store under a short id (validated there; raises
     ``CheckpointError``), so a link to it works in any session until it expires, and list it in this session;
     the sidebar selects it on the next run (a widget's value cannot change after it is drawn). The session
     keeps the bytes as well, so its own models survive the store and the model cache evicting them.
-    Returns the model's label, "trained k3q7m2xa: <name>": links need only its kind and id, and a session that
-    opens one without a name (``name=""``) lists the model under the label it was first stored with."""
-    stored = STORE.put(kind, name, data, session_id())
+    Returns the model's label, "trained k3q7m2xa4rbt5wzd: <name>": links need only its kind and id, and a session that
+    opens one without a name (``name=""``) lists the model under the label it was first stored with. ``pin``
+    keeps it in the store while the server runs (the preset's result: the lesson's links name it)."""
+    stored = STORE.put(kind, name, data, browser_id())
+    if pin:
+        STORE.pin(short_id(data))
     label = f"{kind} {short_id(data)}: {name}" if name else stored.label
     models = st.session_state.setdefault("session_models", {})
     models.pop(label, None)
@@ -173,15 +209,17 @@ def check_line(what: str, check: Check) -> str:
 
 @st.cache_data(max_entries=256, show_spinner="Computing…")
 def _section(module: str, name: str, key: tuple, _model, args: tuple):
-    with MEMORY.hold(_model.cfg.estimate_mb(batch=1), f"{name} on this model"):
-        return getattr(importlib.import_module(module), name)(_model, *args)
+    experiment = getattr(importlib.import_module(module), name)
+    with MEMORY.hold(experiment_mb(experiment, _model, *args), f"{name} on this model"):
+        return experiment(_model, *args)
 
 
 def section(experiment, key: tuple, model, *args):
     """A page section's result: ``experiment(model, *args)`` from mechlib, cached server-wide on plain values
     (the experiment's name, the model's key from ``current_model``, the arguments); never on the model itself.
-    A computation holds the model's estimate under the server-wide budget (``MEMORY``) while it runs; one
-    that finds no room in time stops the page with the server's message."""
+    A computation holds its estimate (``experiment_mb``: its declared cost, else the model's forward) under the
+    server-wide budget (``MEMORY``) while it runs; one over the budget, or that finds no room in time, stops the
+    section with the server's message, before it starts."""
     sections.record_call(experiment, key, args)
     try:
         return _section(experiment.__module__, experiment.__name__, key, model, args)

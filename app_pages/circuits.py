@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from mechlib import checks, circuits, data, figures, induction, zoo
+from mechlib import bigrams, checks, circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
 from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, table
 from shell import check_line, current_model, literal, section, select_slider, selectbox, slider, verdict
@@ -64,6 +64,10 @@ if chosen == "zero layers":
                                      and m.cfg.positional == "shortformer" and m.cfg.normalization is None,
                                      "it needs no layers, a tokenizer, shortformer positions and no LayerNorm")
     reading(name)
+    V, steps = model.cfg.d_vocab, bigrams.fit_steps(model.cfg.d_vocab, model.cfg.d_model)
+    st.caption(f"Cost: about {bigrams.estimate_mb(V):,.0f} MB for the {V:,} × {V:,} bigram tables, of this server's "
+               f"{budget_mb():,.0f} MB, and the first time up to {bigrams.FIT_SECONDS:.0f} s for the best fit "
+               f"({steps:,} steps); then it is read from the cache.")
     z = section(circuits.zero_layer, key, model)
     label = dict(zip(z.ids, z.labels))
     with controls():
@@ -89,6 +93,10 @@ if chosen == "zero layers":
         best = (f"{'within' if z.at_best else 'more than'} {checks.BIGRAM_GAP_MAX} nats of the best rank-{d} fit — "
                 f"{verdict(z.at_best, 'as good as its width allows', 'short of what its width allows')}")
         st.markdown(f"{learned}; {best}.")
+        if c.fit_steps < bigrams.FIT_STEPS:
+            st.caption(f"The best fit ran {c.fit_steps:,} of {bigrams.FIT_STEPS:,} steps, capped at about "
+                       f"{bigrams.FIT_SECONDS:.0f} s for a {V:,}-token vocabulary: its KL is above the floor it "
+                       "estimates, so the model may look closer to its width's best than it is.")
 
     def next_tokens() -> None:
         z = section(circuits.zero_layer, key, model)

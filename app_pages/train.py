@@ -132,7 +132,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
         st.error(f"Training stopped: {error}")
         return
     try:
-        label = add_session_model("trained", label, model)
+        label = add_session_model("trained", label, model, pin=task == PRESET.name)  # the lesson's links name it
     except CheckpointError as error:  # e.g. a learning rate that sent the weights to NaN: the checkpoint is refused
         progress.empty()
         st.error(f"Training finished, but its model cannot be used: {error}. Try a smaller learning rate.")

@@ -22,11 +22,29 @@ from mechlib.data import bigram_distribution, builtin_text, tokenizer_from_json
 from mechlib.model import Transformer
 
 __all__ = ["FIT_STEPS", "FIT_LR", "zero_layer_logits", "corpus_table", "training_table", "fit", "kl", "unigram_kl", "entropy", "best_fit_kl",
-           "Ceiling", "ceiling"]
+           "Ceiling", "ceiling", "estimate_mb", "fit_steps"]
 
 FIT_STEPS, FIT_LR = 1000, 3e-2  # full-batch Adam steps (cosine decay to lr / 20) and the peak learning rate
 INIT_STD = 0.02                 # W_E and W_U start as N(0, INIT_STD²), b_U at 0
-_fit_lock = threading.Lock()
+CELL_BYTES = 100     # bytes per cell of the vocab × vocab tables at the zero-layer section's peak: the float64
+                     # tables and logits, the fit's float32 logits, their gradient and log-softmax
+FIT_SECONDS = 20.0   # the most the best fit may take: past it, fewer steps (the page says so)
+FIT_FLOPS = 5e10     # floating-point operations a second the fit is costed at (2 CPU cores reach 75e9)
+_fit_locks: dict[tuple[str, int], threading.Lock] = {}  # one per fit: a fit waits only for the same fit
+_locks_lock = threading.Lock()
+
+
+def estimate_mb(d_vocab: int) -> float:
+    """The zero-layer section's memory at its peak, in MB: a few dense vocab × vocab tables. A 6,000-token
+    vocabulary needs 3,600 MB and is refused under a 1,024 MB budget; the zoo's 1,000 tokens, 100 MB."""
+    return CELL_BYTES * d_vocab**2 / 1e6
+
+
+def fit_steps(d_vocab: int, d_model: int) -> int:
+    """The best fit's steps: ``FIT_STEPS``, or as many as ``FIT_SECONDS`` allow at ``FIT_FLOPS`` (a step is the
+    logits' product, 2·V²·d, and its backward pass, twice that, plus the softmax's ~15·V²)."""
+    per_step = 6 * d_vocab**2 * d_model + 15 * d_vocab**2
+    return max(1, min(FIT_STEPS, int(FIT_SECONDS * FIT_FLOPS / per_step)))
 
 
 def zero_layer_logits(model: Transformer) -> Tensor:
@@ -106,10 +124,13 @@ def entropy(table: Tensor) -> float:
 
 
 def best_fit_kl(tokenizer_json: str, d_model: int) -> float:
-    """KL(corpus bigrams ‖ the best rank-``d_model`` fit) in nats, on the built-in text in this tokenizer
-    (``Tokenizer.to_json``): a pure function of plain values, seconds to compute, so kept for the process. A class
-    opening the zero-layer section at once computes it once: the others wait for it, then read it."""
-    with _fit_lock:
+    """KL(corpus bigrams ‖ the best rank-``d_model`` fit, in ``fit_steps`` steps) in nats, on the built-in text in
+    this tokenizer (``Tokenizer.to_json``): a pure function of plain values, seconds to compute, so kept for the
+    process. A class opening the zero-layer section at once computes it once: the others wait for it, then read
+    it; a fit for another model does not wait."""
+    with _locks_lock:
+        lock = _fit_locks.setdefault((tokenizer_json, d_model), threading.Lock())
+    with lock:
         return _best_fit_kl(tokenizer_json, d_model)
 
 
@@ -117,7 +138,7 @@ def best_fit_kl(tokenizer_json: str, d_model: int) -> float:
 def _best_fit_kl(tokenizer_json: str, d_model: int) -> float:
     tokenizer = tokenizer_from_json(tokenizer_json)
     table = corpus_table(torch.tensor(tokenizer.encode(builtin_text())), tokenizer.d_vocab)
-    W_E, W_U, b_U = fit(table, d_model)
+    W_E, W_U, b_U = fit(table, d_model, steps=fit_steps(tokenizer.d_vocab, d_model))
     return kl(table, W_E @ W_U + b_U)
 
 
@@ -129,6 +150,7 @@ class Ceiling:
     best_fit_kl: float  # KL(corpus bigrams ‖ the best rank-d_model fit): the floor for this width
     unigram_kl: float   # KL(corpus bigrams ‖ p(next)): a model that ignores the current token
     entropy: float      # H(next | current): the corpus's own loss, the floor for the loss at any width
+    fit_steps: int      # the steps the best fit ran: below FIT_STEPS, its KL is above the floor it estimates
 
 
 @torch.inference_mode()
@@ -140,4 +162,4 @@ def ceiling(model: Transformer) -> Ceiling:
     logits = zero_layer_logits(model)                                             # [V V], raises if not zero-layer
     table = corpus_table(torch.tensor(model.tokenizer.encode(builtin_text())), model.cfg.d_vocab)
     return Ceiling(kl(table, logits), best_fit_kl(model.tokenizer.to_json(), model.cfg.d_model), unigram_kl(table),
-                   entropy(table))
+                   entropy(table), fit_steps(model.cfg.d_vocab, model.cfg.d_model))

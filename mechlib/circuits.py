@@ -16,7 +16,7 @@ from mechlib import bigrams, residual
 from mechlib.bigrams import Ceiling
 from mechlib.checks import BIGRAM_GAP_MAX, BIGRAM_KL_SHARE, Check, above_random_bar, compare, model_tolerance
 from mechlib.data import bigram_distribution, builtin_text, token_labels, word_ids
-from mechlib.device import require_budget, to_numpy
+from mechlib.device import costs, require_budget, to_numpy
 from mechlib.factored import FactoredMatrix
 from mechlib.model import Cache, Transformer
 
@@ -73,6 +73,7 @@ class ZeroLayer:
 
 
 @torch.inference_mode()
+@costs(lambda model: bigrams.estimate_mb(model.cfg.d_vocab))
 def zero_layer(model: Transformer) -> ZeroLayer:
     """The zero-layer model's bigram table W_E W_U + b_U against the corpus's, whether it has learned it, and how
     close it is to the best its width allows (``bigrams.ceiling``)."""

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-__all__ = ["DEVICE", "to_numpy", "BudgetError", "budget_mb", "require_budget", "MemoryBudget", "MEMORY", "device_label",
+__all__ = ["DEVICE", "to_numpy", "BudgetError", "budget_mb", "require_budget", "costs", "experiment_mb", "MemoryBudget",
+           "MEMORY", "device_label",
            "median_ms"]
 
 
@@ -61,6 +62,21 @@ def require_budget(estimate_mb: float, what: str) -> None:
             f"{what} would need about {estimate_mb:,.0f} MB, above this server's budget of "
             f"{budget_mb():,.0f} MB per request; choose smaller sizes"
         )
+
+
+def costs(estimate_mb: Callable[..., float]) -> Callable[[Callable], Callable]:
+    """Declare an experiment's memory in MB, from the arguments it is called with (``model, *args``), so that a
+    server holds that under its budget before running it (``experiment_mb``), not only the model's forward."""
+    def declare(experiment: Callable) -> Callable:
+        experiment.estimate_mb = estimate_mb
+        return experiment
+    return declare
+
+
+def experiment_mb(experiment: Callable, model, *args) -> float:
+    """What ``experiment(model, *args)`` will hold: its declared cost (``costs``), else one sequence's forward."""
+    declared = getattr(experiment, "estimate_mb", None)
+    return declared(model, *args) if declared else model.cfg.estimate_mb(batch=1)
 
 
 WAIT_S = 30.0  # how long a computation waits for room under the budget before it is refused

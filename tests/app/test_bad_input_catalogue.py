@@ -12,16 +12,18 @@ rapid changes.
 """
 
 import json
+import os
 import pickle
 import re
 import struct
+import time
 
 import pytest
 import torch
 from safetensors.torch import save as st_save
 from streamlit.testing.v1 import AppTest
 
-from mechlib import io
+from mechlib import io, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
 from mechlib.store import short_id
@@ -98,7 +100,7 @@ CHECKPOINTS = {  # name: (bytes, the message after the file name; shown as "<nam
     "offsets past the end": (header_says(lambda h: last_tensor(h)["data_offsets"].__setitem__(1, len(MINE) + 4096)),
                              DAMAGED + "invalid shape, data type, or offset for tensor)"),
     "shape × dtype ≠ bytes": (header_says(lambda h: h["embed.W_E"].__setitem__("shape", [30, 17])),
-                              DAMAGED + "invalid shape, data type, or offset for tensor)"),
+                              "embed.W_E has shape [30, 17], but the config needs [30, 16]"),  # read in the header
     "an unknown dtype": (header_says(lambda h: h["embed.W_E"].__setitem__("dtype", "Q99")),
                          DAMAGED + "invalid JSON in header: unknown variant `Q99`"),
     "a tokenizer that is a number": (metadata_says(tokenizer=5), NOT_STRINGS),        # crashed: TypeError
@@ -175,15 +177,23 @@ ODD_NAMES = {
     "emoji and zero-width": "\U0001f9e0\u200b\u200dmodel.safetensors",
     "percent-encoded": "%0A%22%3Cb%3E.safetensors",
 }
+QUOTED = {  # as a refusal quotes them: 80 characters at most, control and bidirectional characters made visible
+    "very long": "a" * 80 + "… (4,012 characters)",
+    "newlines": "two⟨U+000A⟩lines⟨U+000A⟩===⟨U+000A⟩    indented.safetensors",
+    "right-to-left": "⟨U+202E⟩slebal⟨U+202C⟩ \u05e9\u05dc\u05d5\u05dd.safetensors",
+    "emoji and zero-width": "\U0001f9e0⟨U+200B⟩⟨U+200D⟩model.safetensors",
+}
 
 
 @pytest.mark.parametrize("case", list(ODD_NAMES))
 def test_an_odd_file_name_is_kept_as_typed_whether_the_file_is_good_or_bad(case):
+    """The model keeps the name as typed; a refusal quotes it cut to a readable length, with every control and
+    bidirectional character visible (a U+202E reversed the rest of the warning line)."""
     name = ODD_NAMES[case]
     at = session_with_my_model()
     at.sidebar.file_uploader[0].upload(name, b"not a checkpoint at all, just words").run()
     (error,) = [e.icon + plain(e.value) for e in at.sidebar.error]  # Streamlit shows a leading emoji as the box's icon
-    assert error == f"{name}: {NOT_SAFETENSORS}. The previous model stays selected."
+    assert error == f"{QUOTED.get(case, name)}: {NOT_SAFETENSORS}. The previous model stays selected."
     assert_my_model_survived(at)
     at.sidebar.file_uploader[0].upload(name, OTHER).run()  # the same name on a good file: a model under that name
     assert not at.exception and not at.sidebar.error
@@ -307,3 +317,114 @@ def test_rapid_page_and_widget_changes_on_the_session_model():
             slider.set_value(slider.min).run()
     assert not at.main.error and [s.value for s in at.main.slider] == [s.min for s in at.main.slider]
     assert_my_model_survived(at)
+
+
+# ---------------------------------------------------------------------------------------------
+# A hostile student's attacks: each refused (or capped) in under 2 s of CPU and 100 MB of growth, the session intact
+
+CPU_S, GROWTH_MB = 2.0, 100.0
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def within_budget(action) -> None:
+    """``action()`` in under ``CPU_S`` of this process's CPU and ``GROWTH_MB`` of resident memory."""
+    cpu, rss = time.process_time(), rss_mb()
+    action()
+    assert time.process_time() - cpu < CPU_S and rss_mb() - rss < GROWTH_MB, (time.process_time() - cpu, rss_mb() - rss)
+
+
+def crafted(metadata: dict, header=None) -> bytes:
+    """A small safetensors file: MINE's weights under ``metadata``, its header changed by ``header(h)``."""
+    data = st_save(dict(Transformer(CFG).state_dict()), metadata=metadata)
+    if header is None:
+        return data
+    length = int.from_bytes(data[:8], "little")
+    h = json.loads(data[8 : 8 + length])
+    header(h)
+    text = json.dumps(h).encode()
+    return struct.pack("<Q", len(text)) + text + data[8 + length :]
+
+
+ATTACKS = {  # what the hostile-student pass uploaded, and the sentence each now gets
+    "an LSTM of a million layers": (
+        crafted({"format": io.FORMAT, "architecture": "lstm",
+                 "config": json.dumps({"d_vocab": 5, "d_model": 2, "d_hidden": 2, "n_layers": 10**6})}),
+        "the checkpoint's model config is invalid: n_layers=1000000 is out of range; choose n_layers between 1 and 48"),
+    "shapes that overflow": (
+        crafted({"format": io.FORMAT, "config": CFG.to_json()},
+                lambda h: h["embed.W_E"].__setitem__("shape", [2**62, 2**62])),
+        "embed.W_E has shape [4611686018427387904, 4611686018427387904], but the config needs [30, 16]"),
+    "a number of 5,000 digits": (
+        crafted({"format": io.FORMAT, "config": CFG.to_json().replace('"seed": 4', '"seed": ' + "9" * 5000)}),
+        "the checkpoint's model config is invalid: the config holds a number of 5,000 digits; sizes have at most 30"),
+    "a config larger than its file": (
+        crafted({"format": io.FORMAT, "config": ModelConfig(n_layers=2, d_model=512, n_heads=8, d_vocab=5000,
+                                                             n_ctx=512).to_json()}),
+        "the checkpoint's config needs 7,488,392 weights but the file has only"),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTACKS))
+def test_an_attack_is_refused_at_once_and_the_session_keeps_its_model(case, monkeypatch):
+    data, said = ATTACKS[case]
+    at = session_with_my_model()
+    within_budget(lambda: at.sidebar.file_uploader[0].upload("attack.safetensors", data).run())
+    (error,) = [plain(e.value) for e in at.sidebar.error]
+    assert error.startswith(f"attack.safetensors: {said}"), error
+    assert_my_model_survived(at)
+    validations, validate = [], zoo.from_checkpoint  # the file stays in the uploader: the next reruns remember its
+    monkeypatch.setattr(zoo, "from_checkpoint",   # refusal instead of validating it again
+                        lambda checkpoint: validations.append(checkpoint == data) or validate(checkpoint))
+    at.run()
+    at.run()
+    assert True not in validations and [plain(e.value) for e in at.sidebar.error] == [error]
+
+
+def test_a_link_with_a_model_name_of_60000_characters_is_quoted_short():
+    asked = "uploaded " + "x" * 60_000
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["model"] = asked
+    within_budget(at.run)
+    (note,) = [plain(w.value) for w in at.main.warning]
+    assert note.startswith(f"The link's model “{asked[:80]}… (60,009 characters)” does not exist on this server")
+    assert len(note) < 400 and at.session_state["model"] == "gelu-2l"
+
+
+def test_a_link_whose_random_sizes_are_refused_opens_the_default_model_and_says_why_on_the_page():
+    at = AppTest.from_file(APP, default_timeout=180)
+    for key, value in {"model": "random, from sizes", "d_model": "1024", "vocab": "50000", "ctx": "2048",
+                       "layers": "4", "mlp": "true"}.items():
+        at.query_params[key] = value
+    within_budget(at.run)
+    (note,) = [w.value for w in at.main.warning]
+    assert note.startswith("The random model's sizes are refused: a model of") and "above this server's budget" in note
+    assert note.endswith("The default model is shown instead.")
+    assert at.session_state["model_choice"] == ("zoo", "gelu-2l") and not at.sidebar.error and not at.exception
+
+
+def test_a_zero_layer_model_of_6000_tokens_is_refused_by_its_stated_cost_before_any_table_is_built(monkeypatch):
+    """A valid 200 KB upload whose 6,000-token vocabulary made the zero-layer section build dense 6,000 × 6,000
+    float64 tables and run a 1,000-step fit: 15–20 minutes at 2.25 GB. Its cost is stated, and above the budget."""
+    from mechlib import bigrams
+    from mechlib.data import WordTokenizer, builtin_text
+
+    cfg = ModelConfig(n_layers=0, d_model=4, n_heads=1, d_vocab=6000, n_ctx=8, positional="shortformer", seed=1)
+    model = Transformer(cfg)
+    words = WordTokenizer.fit(builtin_text(), 6000).vocab  # the built-in text has ~3,200 distinct words
+    model.tokenizer = WordTokenizer(words + [f"made-up-{i}" for i in range(6000 - len(words))])
+    data = io.to_bytes(model)
+    built, build = [], bigrams.corpus_table
+    monkeypatch.setattr(bigrams, "corpus_table", lambda tokens, d_vocab: built.append(d_vocab) or build(tokens, d_vocab))
+    at = AppTest.from_file(APP, default_timeout=180).run()
+    at.sidebar.file_uploader[0].upload("wide.safetensors", data).run()
+    at.switch_page("app_pages/circuits.py").run()
+    at.radio(key="c_model_attn-only-0l").set_value("the sidebar's model")
+    within_budget(at.run)
+    assert any(c.value.startswith("Cost: about 3,600 MB for the 6,000 × 6,000 bigram tables") for c in at.main.caption)
+    (error,) = [e.value for e in at.main.error]
+    assert error.startswith("zero_layer on this model would need about 3,600 MB, above this server's budget of")
+    assert 6000 not in built and not at.exception

@@ -25,7 +25,8 @@ RANDOM = "random, from sizes"  # the sidebar's model as a link names it: the opt
 
 
 def warnings(at: AppTest) -> list[str]:
-    return [w.value for w in at.sidebar.warning]
+    """The notes on what the link asked for and did not get: on the page, above its content."""
+    return [w.value for w in at.main.warning if w.icon == ":material/link_off:"]
 
 
 @pytest.mark.parametrize("raw, seed, message", [
@@ -90,8 +91,8 @@ def test_a_link_to_a_model_another_session_trained_lists_and_opens_it_here():
 
 
 def test_a_link_to_an_expired_model_says_why():
-    at = open_link(model="trained abcdefgh: gone")
-    assert warnings(at) == ["The link's model: no model with id abcdefgh is kept on this server: it was never made "
+    at = open_link(model="trained abcdefghijkmnpqr: gone")
+    assert warnings(at) == ["The link's model: no model with id abcdefghijkmnpqr is kept on this server: it was never made "
                             "here, or it expired (12 h after its last use, or pushed out by newer ones). The default "
                             "model is shown instead."]
     assert at.sidebar.selectbox(key="model").value == "gelu-2l"

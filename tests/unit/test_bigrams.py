@@ -136,7 +136,7 @@ def test_concurrent_requests_for_the_best_fit_compute_it_once(monkeypatch):
     """A class opens the zero-layer section at once: one fit runs, the other requests wait for it and read it."""
     tokenizer, calls = CharTokenizer.fit(builtin_text()), []
 
-    def slow_fit(table, d_model):
+    def slow_fit(table, d_model, steps):
         calls.append(d_model)
         time.sleep(0.3)
         V = table.shape[0]
@@ -146,3 +146,30 @@ def test_concurrent_requests_for_the_best_fit_compute_it_once(monkeypatch):
     with ThreadPoolExecutor(6) as pool:
         results = list(pool.map(lambda _: bigrams.best_fit_kl(tokenizer.to_json(), 5), range(6)))
     assert calls == [5] and len(set(results)) == 1 and results[0] > 0  # uniform logits: KL > 0, the same for all
+
+
+def test_a_fit_for_another_model_does_not_wait_for_a_slow_one(monkeypatch):
+    """One lock per fit, not one for the process: a vocabulary's slow fit held every other zero-layer section."""
+    tokenizer, started = CharTokenizer.fit(builtin_text()), {}
+
+    def fit(table, d_model, steps):
+        started[d_model] = time.monotonic()
+        time.sleep(2.0 if d_model == 6 else 0.0)
+        V = table.shape[0]
+        return torch.zeros(V, d_model), torch.zeros(d_model, V), torch.zeros(V)
+
+    monkeypatch.setattr(bigrams, "fit", fit)
+    with ThreadPoolExecutor(2) as pool:
+        slow = pool.submit(bigrams.best_fit_kl, tokenizer.to_json(), 6)
+        time.sleep(0.3)
+        quick = pool.submit(bigrams.best_fit_kl, tokenizer.to_json(), 7)
+        quick.result(timeout=1.5)  # done while the slow fit still sleeps
+        assert not slow.done()
+        slow.result()
+
+
+def test_the_zero_layer_cost_is_stated_from_the_vocabulary_and_the_fit_is_capped_in_time():
+    assert bigrams.estimate_mb(1000) == 100.0 and bigrams.estimate_mb(6000) == 3600.0  # over a 1,024 MB budget
+    assert bigrams.fit_steps(1000, 128) == bigrams.FIT_STEPS  # the zoo's model: the whole fit, ~10 s on 2 cores
+    per_step = 6 * 6000**2 * 64 + 15 * 6000**2
+    assert bigrams.fit_steps(6000, 64) == int(bigrams.FIT_SECONDS * bigrams.FIT_FLOPS / per_step) == 69

@@ -1,5 +1,6 @@
 """Figure builders: the data drawn is the data given, labelled, at a size that fits its text."""
 
+import math
 import re
 
 import numpy as np
@@ -84,7 +85,7 @@ def test_token_labels_reach_plotly_as_text_not_html():
     assert figures.plain("no tags here") == "no tags here"
 
 
-def test_for_slides_raises_every_font_shows_every_label_and_leaves_the_original_alone():
+def test_for_slides_raises_every_font_labels_as_many_rows_as_fit_and_leaves_the_original_alone():
     labels = [f"tok{i}" for i in range(30)]
     fig = figures.pattern_heatmap(np.tril(np.ones((30, 30))) / np.arange(1, 31)[:, None], labels, "pattern")
     before = fig.to_dict()
@@ -104,9 +105,11 @@ def test_for_slides_raises_every_font_shows_every_label_and_leaves_the_original_
 
     walk(slides.to_dict()["layout"])
     assert sizes and min(sizes) >= figures.SLIDE_FONT == 24  # the 11 px tick labels included
-    for axis in (slides.layout.xaxis, slides.layout.yaxis):
-        assert axis.tickmode == "linear" and axis.dtick == 1
-    assert slides.layout.height >= 30 * figures.SLIDE_ROW_PX
+    # 30 token rows at 32 px do not fit a 720 px slide: every k-th is labelled, k the least that fits its height
+    rows_room = figures.SLIDE_HEIGHT_PX - figures.SLIDE_FRAME_PX
+    assert slides.layout.height == figures.SLIDE_HEIGHT_PX
+    assert slides.layout.yaxis.tickmode == "linear" and slides.layout.yaxis.dtick == math.ceil(30 * 32 / rows_room) == 5
+    assert slides.layout.xaxis.tickmode == "linear" and slides.layout.xaxis.dtick == 2  # 30 × 32 px: over 1,100 − 160
     assert np.array_equal(slides.data[0].z, fig.data[0].z)
 
 

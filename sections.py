@@ -84,10 +84,13 @@ def _draw(title: str, draw: Callable[[], None]) -> None:
 
 
 def _question_box():
-    """A bordered box for a question, in the part's place for questions: before the evidence that answers it.
-    Reading mode folds it, since the evidence is drawn anyway."""
+    """A bordered box for a question, in the part's place for questions: before the evidence that answers it. In
+    presentation mode it is a slide of its own, with its answer once revealed; the evidence follows on the next
+    slides. Reading mode folds it, since the evidence is drawn anyway."""
     where = getattr(_run, "questions", None) or st.container()
-    return where.expander("Predict, then reveal", icon=":material/quiz:") if reading() else where.container(border=True)
+    if reading():
+        return where.expander("Predict, then reveal", icon=":material/quiz:")
+    return (slides.place(where) if presenting() else where).container(border=True)
 
 
 def beside(spec: int | list[int]) -> list[DeltaGenerator]:
@@ -105,10 +108,11 @@ def beside(spec: int | list[int]) -> list[DeltaGenerator]:
 
 
 def prose(markdown: str) -> None:
-    """Explanatory text, with the glossary's terms as tooltips; presentation mode folds it into "Notes"."""
+    """Explanatory text, with the glossary's terms as tooltips; presentation mode folds it into "Notes" (a part's
+    one popover beside its number)."""
     marked = with_tooltips(markdown)  # page text only: a prompt, a token or a file name never goes through here
     if presenting():
-        with st.expander("Notes", icon=":material/notes:"):
+        with slides.notes() or st.expander("Notes", icon=":material/notes:"):
             st.markdown(marked, unsafe_allow_html=True)
     else:
         st.markdown(marked, unsafe_allow_html=True)
@@ -162,28 +166,31 @@ def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) 
     so the PNG has the screen's aspect ratio by construction."""
     collected = _current()
     shown = figures.fitted(figures.for_slides(fig) if presenting() else fig, _room())
-    st.plotly_chart(shown, width=shown.layout.width, config={"toImageButtonOptions": {
-        "format": "png", "scale": export.SCALE, "filename": export.file_name(name)}})
+    with slides.own_slide():
+        st.plotly_chart(shown, width=shown.layout.width, config={"toImageButtonOptions": {
+            "format": "png", "scale": export.SCALE, "filename": export.file_name(name)}})
     if collected is not None:
         collected.figures[name] = shown  # exports match the screen: its size, and slide-sized type when presenting
         collected.snippets[name] = snippet(collected, code, using)
 
 
-SLIDE_ROWS = 8  # a table's rows on one slide at slide-sized type
+_BLOCK = re.compile(r"^([-+*#>])(?= )")  # st.table reads a cell as Markdown: "+ W_pos" became a list item
+SLIDE_ROWS = 6  # a table's rows on one slide at slide-sized type, with room for wrapped cells and the part's checks
 
 
 def table(frame: pd.DataFrame, name: str, static: bool = False, **options) -> None:
     """``st.dataframe`` of ``frame`` (``st.table`` where ``static``: sentences read whole, not in cells to
     scroll), collected for the part's CSV export. In presentation mode every table is an HTML table, whose type the
     slide's style can set (a data grid draws its own), SLIDE_ROWS rows a slide (``slides.pages``)."""
+    shown = frame.map(lambda value: _BLOCK.sub(r"\\\1", value) if isinstance(value, str) else value)
     if presenting():
         for where, rows in slides.pages(len(frame), SLIDE_ROWS):
             with where:
-                st.table(frame.iloc[rows], hide_index=True)
+                st.table(shown.iloc[rows], hide_index=True)
                 if rows.stop - rows.start < len(frame):
                     st.caption(f"Rows {rows.start + 1}–{rows.stop} of {len(frame)}; Export this section has them all.")
     elif static:
-        st.table(frame.set_index(frame.columns[0]))
+        st.table(shown.set_index(shown.columns[0]))
     else:
         st.dataframe(frame, hide_index=True, **options)
     if (collected := _current()) is not None:
@@ -205,7 +212,8 @@ def metric(column: DeltaGenerator, label: str, value: str, help: str | None = No
 def _export_menu(collected: Collected) -> None:
     if not (collected.figures or collected.tables or collected.numbers):
         return
-    with st.popover("Export this section", icon=":material/download:"):
+    with (slides.export_place() or st).popover("Export this section", icon=":material/download:",
+                                                    width="stretch" if presenting() else "content"):
         reason = export.available()
         for name, fig in collected.figures.items():
             st.markdown(f"**{figures.plain(name)}**")

@@ -3,6 +3,7 @@
 import gc
 import hashlib
 import importlib
+import ipaddress
 import math
 import re
 import sys
@@ -153,18 +154,32 @@ def session_id() -> str:
 
 
 def browser_id() -> str:
-    """This browser, to the store's share: its tabs send the same cookie (Streamlit's own, set once per browser
-    with the page), so ten tabs get one share, not ten. A client without it (a script) is its session."""
-    cookie = st.context.cookies.get("_streamlit_xsrf")
-    if not isinstance(cookie, str) or not cookie:  # none sent (or a test harness's stand-in)
-        return "session " + session_id()
-    return "browser " + hashlib.sha256(cookie.encode()).hexdigest()[:20]
+    """This browser, to the store's share: its tabs share the token inside Streamlit's XSRF cookie, so ten tabs
+    get one share, not ten. A client without it (a script, a test harness) is its session."""
+    token = _xsrf_token(st.context.cookies.get("_streamlit_xsrf"))
+    return "browser " + hashlib.sha256(token).hexdigest()[:20] if token else "session " + session_id()
+
+
+def _xsrf_token(cookie: object) -> bytes | None:
+    """The browser's token in the XSRF cookie, "2|mask|masked token|time" (Tornado's format; the mask is new on
+    every page load, the token is the browser's), or None."""
+    parts = cookie.split("|") if isinstance(cookie, str) else []
+    try:
+        mask, masked = bytes.fromhex(parts[1]), bytes.fromhex(parts[2])
+    except (IndexError, ValueError):
+        return None
+    if parts[0] != "2" or not mask:
+        return None
+    return bytes(byte ^ mask[i % len(mask)] for i, byte in enumerate(masked))
 
 
 def teacher() -> bool:
     """A browser on the server's own machine: the teacher's, who started the server, and may pin models for a
     lesson (students reach the server over the network)."""
-    return st.context.ip_address in ("127.0.0.1", "::1")  # None under AppTest: no pin control there
+    if st.context.ip_address is None:  # Streamlit's word for a browser on localhost; a test harness has no headers
+        return bool(st.context.headers)
+    address = ipaddress.ip_address(st.context.ip_address)  # "::ffff:127.0.0.1" from a dual-stack socket
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
 
 
 def add_session_model(kind: str, name: str, data: bytes, pin: bool = False) -> str:

@@ -1,17 +1,20 @@
 """Presentation mode: a page as slides for a projected class, and reading mode for someone studying alone.
 
 One row on top of every page holds the modes, the page's settings, Previous / part / Next and the link to the
-view. A slide is one part of a page; a part whose figures sit side by side is several slides, one figure each,
-and a long table one slide per eight rows, so that each has the screen's width and most of its height. Next walks the whole lesson path (``lessons.ROUTE``): every slide of a
+view; one row under a part's heading holds its number, its notes and its export menu. A part is several slides:
+its question (with its answer, once revealed), then each figure, and each six rows of a table, with the part's
+lines of text under each, so that every slide has the screen's width and fits its height. Next walks the whole lesson path (``lessons.ROUTE``): every slide of a
 part, every part of a page, then the next stop's page. Type is sized for the back of a room.
 """
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
+from streamlit.delta_generator_singletons import context_dg_stack
 
 import lessons
 
@@ -23,12 +26,14 @@ COUNTS = "slide counts"  # part title -> how many slides it drew last (Next's ca
 FROM_END = "from the end"  # set by Previous into an earlier stop of the same page: open its last part
 TEXT_PX, HEADING_PX = 24, 36  # the least a slide's text and headings may be, read at the back of a room
 
-# Streamlit's own test ids and HTML elements, never its generated class names. KaTeX keeps its relative sizes;
-# charts (svg) get their type from ``figures.for_slides``, since plotly measures its text to lay it out.
+# Streamlit's own test ids and HTML elements, never its generated class names. The top row sits in the header's
+# height, between its two buttons (the sidebar's and the menu): the header lets it show and be clicked through.
+# KaTeX keeps its relative sizes; charts (svg) get their type from ``figures.for_slides``, since plotly measures
+# its text to lay it out.
 STYLE = f"""<style>
 [data-testid="stMain"] :is(p, li, label, td, th, input, textarea, button, summary, span, code, small,
   [data-testid="stMetricValue"] *, [data-testid="stMetricLabel"] *):not(.katex, .katex *, svg *, h1 *, h2 *, h3 *) {{
-  font-size: {TEXT_PX}px !important; line-height: 1.35 !important; }}
+  font-size: {TEXT_PX}px !important; line-height: 1.25 !important; }}
 [data-baseweb="popover"] :is(li, li *, p, span, label, input, button):not(svg *) {{ font-size: {TEXT_PX}px !important; }}
 [data-testid="stSidebar"] :is(p, li, label, span, input, button, code):not(svg *) {{ font-size: {TEXT_PX}px !important; }}
 [data-testid="stMain"] h1, [data-testid="stMain"] h1 * {{ font-size: {HEADING_PX + 8}px !important; }}
@@ -36,8 +41,10 @@ STYLE = f"""<style>
 [data-testid="stMain"] [data-testid="stVerticalBlock"] {{ gap: 0.6rem !important; }}
 [data-testid="stMain"] :is(h1, h2, h3) {{ padding-top: 0.2rem !important; padding-bottom: 0.2rem !important; }}
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p {{ margin-bottom: 0.2rem !important; }}
-[data-testid="stMainBlockContainer"] {{ padding-top: 3.75rem !important; padding-bottom: 1rem !important;
-  padding-left: 2rem !important; padding-right: 2rem !important; }}
+[data-testid="stMainBlockContainer"] {{ padding-top: 0.6rem !important; padding-bottom: 1rem !important;
+  padding-left: 3.5rem !important; padding-right: 3.5rem !important; }}
+[data-testid="stHeader"] {{ background: transparent !important; }}
+[data-testid="stHeader"], [data-testid="stHeader"] :not(button, button *, a, a *) {{ pointer-events: none !important; }}
 </style>"""
 
 _run = threading.local()  # this run's chrome row and slide counter (each session's run has its own thread)
@@ -70,13 +77,15 @@ def chrome(page: str) -> None:
     if st.query_params.get(PRESENT) == "1":  # the short form: the widget reads the corrected link on a rerun
         st.query_params[PRESENT] = "true"
         st.rerun()
-    mode, settings, back, choice, forward, _run.link = st.columns([1.4, 1.7, 1.6, 3.6, 1.2, 1.2],
-                                                                     vertical_alignment="center")
+    if st.session_state.get(PRESENT, linked_present()):  # the toggle's value before it is drawn: the row's shape
+        mode, settings, *nav, _run.link = st.columns([1.4, 1.7, 1.6, 3.6, 1.2, 1.2], vertical_alignment="center")
+    else:  # the main column beside an open sidebar: room for the two toggles' labels and the link's
+        mode, settings, _, _run.link = st.columns([1.2, 1.6, 2.4, 2.2], vertical_alignment="center")
     mode.toggle("Present", False, key=PRESENT, bind="query-params",
                 help="Presentation mode: one slide per screen, large type, Next walks the whole lesson.")
     if presenting():
         st.html(STYLE)
-        _run.settings, _run.nav, _run.stage = settings, (back, choice, forward), st.container()
+        _run.settings, _run.nav, _run.stage = settings, tuple(nav), st.container(key="slide")
     else:
         settings.toggle("Reading mode", False, key=READ, bind="query-params",
                         help="Show every answer at once, with each question folded above it: for studying alone. "
@@ -188,8 +197,25 @@ def navigation(titles: list[str]) -> int:
 
 
 def part_note() -> None:
-    """The place, under a slide's heading, for "part k of n · slide j of m" (filled once the part has drawn)."""
-    _run.note = st.empty()
+    """The row under a slide's heading: "part k of n · slide j of m" (filled once the part has drawn), the part's
+    notes (``notes``) and its export menu (``export_place``), so that neither takes a slide's height."""
+    note, _run.notes_column, _run.export = st.columns([5, 1.3, 2.6], vertical_alignment="center")
+    _run.note, _run.notes = note.empty(), None
+
+
+def notes() -> DeltaGenerator | None:
+    """Where a part's explanatory text goes in presentation mode: one "Notes" popover in the row under its
+    heading, however many paragraphs the part has. None outside a part."""
+    if getattr(_run, "places", None) is None:
+        return None
+    if _run.notes is None:
+        _run.notes = _run.notes_column.popover("Notes", icon=":material/notes:", width="stretch")
+    return _run.notes
+
+
+def export_place() -> DeltaGenerator | None:
+    """Where a part's export menu goes in presentation mode (the row under its heading); None elsewhere."""
+    return getattr(_run, "export", None) if presenting() else None
 
 
 def drawing_part(title: str, number: int, parts: int, draw: Callable[[], None]) -> None:
@@ -210,26 +236,49 @@ def drawing_part(title: str, number: int, parts: int, draw: Callable[[], None]) 
                                                      else ""))
 
 
-def place() -> DeltaGenerator:
-    """A place for one of a part's side-by-side figures or tables: in presentation mode each is a slide of its own
-    (what is drawn in the others is cleared as the part ends), elsewhere a plain container."""
+_placed: "weakref.WeakSet[DeltaGenerator]" = weakref.WeakSet()  # every place handed out, to tell a figure it is in one
+
+
+def place(parent: DeltaGenerator | None = None) -> DeltaGenerator:
+    """A place (in ``parent``, else here) for one of a part's slides: its question, a figure, a table's rows. In
+    presentation mode each is a slide of its own (what is drawn in the others is cleared as the part ends);
+    elsewhere a plain container."""
+    parent = parent or st
     if getattr(_run, "places", None) is None:
-        return st.container()
+        return parent.container()
     index, _run.places = _run.places, _run.places + 1
     if index == st.session_state.get(SUB, 0):
-        return st.container()
-    holder = st.empty()
-    _run.discard.append(holder)
-    return holder.container()
+        where = parent.container()
+    else:
+        holder = parent.empty()
+        _run.discard.append(holder)
+        where = holder.container()
+    _placed.add(where)
+    return where
+
+
+def inside_place() -> bool:
+    """Whether what is drawn now is inside a place already (a side-by-side column that is a slide of its own)."""
+    return any(holder in _placed for holder in context_dg_stack.get())
+
+
+@contextmanager
+def own_slide() -> Iterator[None]:
+    """A figure's or a table's own slide in presentation mode (``place``), unless it is inside one already."""
+    if presenting() and not inside_place():
+        with place():
+            yield
+    else:
+        yield
 
 
 def pages(rows: int, per_slide: int) -> list[tuple[DeltaGenerator, slice]]:
-    """Where each run of ``per_slide`` rows of a ``rows``-row table goes: a slide each (``place``) when the table
-    stands alone in its part; inside a side-by-side place (which is one slide already) only the first run, the
-    caption saying how many rows the slide leaves out."""
+    """Where each run of ``per_slide`` rows of a ``rows``-row table goes: a slide each (``place``); inside a
+    side-by-side place (which is one slide already) only the first run, the caption saying how many rows the slide
+    leaves out."""
     if getattr(_run, "places", None) is None:
         return [(st.container(), slice(0, rows))]
     runs = [slice(start, min(start + per_slide, rows)) for start in range(0, max(rows, 1), per_slide)]
-    if len(runs) == 1 or _run.places:  # side by side with a figure, whose place is a slide already
+    if inside_place():  # side by side with a figure, whose place is a slide already
         return [(st.container(), runs[0])]
     return [(place(), run) for run in runs]

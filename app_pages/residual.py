@@ -166,7 +166,7 @@ def subspaces() -> None:
     room = (f"together the {len(sub.labels)} heads could write {sub.written} dimensions, "
             + (f"which fit in the {cfg.d_model}-dimensional stream, so they could all be orthogonal."
                if sub.room else f"more than the stream's {cfg.d_model}, so they cannot all be orthogonal."))
-    st.markdown(f"Each head writes into a subspace of rank ≤ min(d_head, d_model) = {sub.k}; {room}")
+    prose(f"Each head writes into a subspace of rank ≤ min(d_head, d_model) = {sub.k}; {room}")
     if sub.versus_random in ("below", "about", "above") and not predict(
             "subspaces", f"Do these {len(sub.labels)} heads' output subspaces overlap less than, about as much as, or "
             f"more than random {sub.k}-dimensional subspaces would?", ["below random", "about random", "above random"],

@@ -5,8 +5,9 @@ From the start page with ``?present=true`` it presses Next until the lesson ends
 every visible text element's computed size (HTML and the charts' SVG text; KaTeX keeps its own relative sizes and
 counts by its base size), whether the page scrolls sideways, the height of the top row, and whether the slide's
 content fits the viewport. Where a slide asks a question it checks that nothing answers it yet (no "This run:"
-line), presses Reveal, and checks that the reveal drew the evidence and that the question and its answer are both
-on the screen without scrolling. It prints the counts per window size, and the parts Next never reached.
+line), presses Reveal, and checks that the reveal drew the evidence (on the slide, or as the part's next slides)
+and that the question and its answer are both on the screen without scrolling. It prints the counts per window
+size, and the parts Next never reached.
 
     .venv/bin/python -m bench.slides_walk                    # starts its own server; 1280x720 and 1920x1080
     .venv/bin/python -m bench.slides_walk --url http://127.0.0.1:8501 --sizes 1280x720
@@ -51,13 +52,13 @@ MEASURE = """([textPx, headingPx]) => {
   }
   const chrome = [...document.querySelectorAll('[data-testid="stHorizontalBlock"]')]
     .find(b => b.textContent.includes('Present'));
-  const exportButton = [...document.querySelectorAll('[data-testid="stPopover"] button')]
-    .find(b => b.textContent.includes('Export this section'));
+  const shown = [...document.querySelectorAll('.st-key-slide [data-testid="stElementContainer"]')]
+    .map(e => e.getBoundingClientRect()).filter(r => r.height > 0);
   const scroller = document.querySelector('[data-testid="stMain"]') || document.scrollingElement;
   return {count, smallest, small,
           chromeHeight: chrome ? chrome.getBoundingClientRect().height : null,
           sideways: Math.max(document.scrollingElement.scrollWidth, scroller.scrollWidth) > W + 1,
-          bottom: exportButton ? exportButton.getBoundingClientRect().bottom : null, height: H};
+          bottom: shown.length ? Math.max(...shown.map(r => r.bottom)) : null, height: H};
 }"""
 
 SLIDE = """() => {
@@ -76,8 +77,11 @@ QUESTION = """() => {
     .filter(m => m.textContent.startsWith('This run:'));
   const outside = [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stElementContainer"]')]
     .filter(e => !e.closest('[data-testid="stVerticalBlockBorderWrapper"]') && e.getBoundingClientRect().height > 0);
-  return {open: reveals.length, bottom: reveals.length ? Math.max(...reveals.map(b => b.getBoundingClientRect().bottom))
-          : null, answered: answered.length, answerBottom: answered.length ? Math.max(...answered.map(
+  const caption = [...document.querySelectorAll('[data-testid="stCaptionContainer"]')]
+    .map(c => c.textContent).find(t => /^part \d+ of \d+/.test(t)) || '';
+  return {open: reveals.length, slides: +(caption.match(/slide \d+ of (\d+)$/) || [0, 1])[1],
+          bottom: reveals.length ? Math.max(...reveals.map(b => b.getBoundingClientRect().bottom)) : null,
+          answered: answered.length, answerBottom: answered.length ? Math.max(...answered.map(
             a => a.getBoundingClientRect().bottom)) : null, evidence: outside.length, H: innerHeight};
 }"""
 
@@ -85,15 +89,17 @@ QUESTION = """() => {
 @dataclass
 class Slide:
     where: str                 # path?query · part · slide k of n
+    part: str                  # path?query · part
     smallest: float
     small: list[str]
     sideways: bool
     chrome_px: float | None
-    fits: bool                 # the part's last element (its export menu) is on the first screen
+    fits: bool                 # the slide's last element is on the first screen, before and after its reveal
     question: bool = False
     answered_early: bool = False   # a "This run:" line before the reveal
     evidence_withheld: bool = True  # the reveal drew elements outside the question boxes that were not there
     scroll_for_answer: bool = False  # the question's Reveal or its answer lies below the screen
+    overflow_px: float = 0.0         # how far the slide's last element lies below the screen, at worst
 
 
 @dataclass
@@ -149,8 +155,9 @@ def walk(browser, url: str, width: int, height: int) -> Walk:
             parts.setdefault(stop, (where["n"], set()))[1].add(where["k"])
         first = _measure(page)
         question = page.evaluate(QUESTION)
-        slide = Slide(name, first["smallest"], first["small"], first["sideways"], first["chromeHeight"],
-                      first["bottom"] is None or first["bottom"] <= first["height"], bool(question["open"]))
+        slide = Slide(name, f"{stop} · {where['part']}", first["smallest"], first["small"], first["sideways"],
+                      first["chromeHeight"], first["bottom"] is None or first["bottom"] <= first["height"], bool(question["open"]),
+                      overflow_px=max(0.0, (first["bottom"] or 0) - first["height"]))
         if question["open"]:
             slide.answered_early = question["answered"] > 0
             slide.scroll_for_answer = question["bottom"] > question["H"]
@@ -158,11 +165,14 @@ def walk(browser, url: str, width: int, height: int) -> Walk:
                 page.get_by_role("button", name=re.compile(r"(Reveal the answer|Show the answer)$")).first.click()
                 settle(page)
             after, revealed = _measure(page), page.evaluate(QUESTION)
-            slide.evidence_withheld = revealed["evidence"] > question["evidence"]
+            # the reveal drew evidence: on this slide, or as the part's next slides
+            slide.evidence_withheld = (revealed["evidence"] > question["evidence"]
+                                       or revealed["slides"] > question["slides"])
             slide.scroll_for_answer |= (revealed["answerBottom"] or 0) > revealed["H"]
             slide.small += [text for text in after["small"] if text not in slide.small]
             slide.smallest = min(slide.smallest, after["smallest"])
             slide.fits &= after["bottom"] is None or after["bottom"] <= after["height"]
+            slide.overflow_px = max(slide.overflow_px, (after["bottom"] or 0) - after["height"])
         report.slides.append(slide)
         forward = page.get_by_role("button", name="Next").or_(page.get_by_role("link", name="Next"))
         if forward.count() == 0 or forward.first.is_disabled():  # the lesson's end: a disabled button
@@ -171,6 +181,10 @@ def walk(browser, url: str, width: int, height: int) -> Walk:
         page.wait_for_function(f"() => JSON.stringify(({SLIDE})()) != {json.dumps(json.dumps(where))}",
                                timeout=120_000)
         settle(page)
+    for k, slide in enumerate(report.slides):  # a part of two questions draws its evidence once both are revealed
+        if slide.question and not slide.evidence_withheld:
+            slide.evidence_withheld = any(later.part == slide.part and later.question and later.evidence_withheld
+                                          for later in report.slides[k + 1:])
     report.missed = [f"{stop} · part {k} of {n}" for stop, (n, shown) in parts.items() for k in range(1, n + 1)
                      if k not in shown]
     context.close()
@@ -221,7 +235,8 @@ def main() -> None:
         for slide in w.slides:
             flags = [flag for flag, on in (("small text", slide.small), ("early answer", slide.answered_early),
                                            ("evidence not withheld", slide.question and not slide.evidence_withheld),
-                                           ("scroll for answer", slide.scroll_for_answer), ("does not fit", not slide.fits),
+                                           ("scroll for answer", slide.scroll_for_answer),
+                                           (f"does not fit by {slide.overflow_px:.0f} px", not slide.fits),
                                            ("sideways", slide.sideways)) if on]
             if flags or args.verbose:
                 print(f"  {w.size} {slide.where}: {', '.join(flags) or 'ok'}"

@@ -1,5 +1,6 @@
 """Plotly figure builders: numpy arrays and labels in, ``go.Figure`` out. No Streamlit here."""
 
+import math
 import textwrap
 
 import numpy as np
@@ -16,7 +17,8 @@ FONT = {"size": 14}
 TITLE_FONT = 17     # px, a figure's title
 SLIDE_FONT = 24     # px, presentation mode: every chart text, read from the back of a room at 1280 × 720
 SLIDE_ROW_PX = 32   # px per labelled row of a heatmap in presentation mode: a 24 px label with room around it
-SLIDE_HEIGHT_PX = 440  # px of a slide's figure: what a 1280 × 720 slide has under its top row, title and caption
+SLIDE_HEIGHT_PX = 340  # px of a slide's figure: what a 1280 × 720 slide has under its top rows, heading and checks
+SLIDE_FRAME_PX = 130   # px of that height a chart's title and x-axis take: the rows' labels share the rest
 CHAR_EM = 0.62      # a character's mean width in em, in the widest font plotly falls back to (DejaVu Sans for verdana)
 CELL_PX = 56        # px per cell of a heatmap sized by its cells (composition scores): a 1 × 1 matrix draws small
 
@@ -426,9 +428,9 @@ def copy_losses(losses: dict[str, np.ndarray], length: int, d_vocab: int, earlie
 
 
 def for_slides(fig: go.Figure) -> go.Figure:
-    """A copy of ``fig`` for presentation mode: every font at least ``SLIDE_FONT`` px, every category label on
-    its axis shown (plotly thins crowded ticks), the slide's height (heatmaps tall enough for one label per row),
-    and a figure sized by its cells grown with its type."""
+    """A copy of ``fig`` for presentation mode: every font at least ``SLIDE_FONT`` px; every category label on
+    its axis shown (plotly thins crowded ticks), or every k-th where the slide's height or width has no room for
+    each at that size; the slide's height; a figure sized by its cells grown with its type."""
     slides = go.Figure(fig)  # a copy: the figure passed in is not touched
     for trace in slides.data:  # text drawn on the marks (bar values, cell values) has its own font, 12 px unless set
         if getattr(trace, "text", None) is not None or getattr(trace, "texttemplate", None) is not None:
@@ -443,17 +445,19 @@ def for_slides(fig: go.Figure) -> go.Figure:
     slides.update_traces(colorbar_tickfont_size=SLIDE_FONT, colorbar_title_font_size=SLIDE_FONT,
                          selector=lambda trace: "colorbar" in trace)
     slides.update_coloraxes(colorbar_tickfont_size=SLIDE_FONT, colorbar_title_font_size=SLIDE_FONT)
-    rows = 0
+    if slides.layout.legend.orientation == "h":  # a legend at the foot takes a slide's short height from the plot:
+        slides.update_layout(legend={"orientation": "v", "yref": "paper", "y": 1, "yanchor": "top", "x": 1.02,
+                                     "xanchor": "left"})  # at the side, it takes the wide slide's width instead
+    # One height, the slide's: a heatmap of more tokens than its rows (or columns) have room for labels every k-th
+    # (each label still at slide size; hovering shows every one); a figure sized by its cells grows with its type,
+    # whose margins would otherwise take its cells' room.
+    room = {"x": (fig.layout.width or 1100) - SLIDE_FRAME_PX, "y": SLIDE_HEIGHT_PX - SLIDE_FRAME_PX}
     for trace in fig.data:
         for axis in ("x", "y"):
             values = getattr(trace, axis, None)
             if values is not None and len(values) and isinstance(values[0], str):
                 name = f"{axis}axis{(getattr(trace, axis + 'axis', None) or axis)[1:]}"
-                slides.layout[name].update(tickmode="linear", dtick=1)
-                if axis == "y":
-                    rows = max(rows, len(values))
-    # One height, the slide's, taller only where every row's label needs room (a heatmap of many tokens); a figure
-    # sized by its cells grows with its type, whose margins would otherwise take its cells' room.
-    slides.update_layout(height=max(SLIDE_HEIGHT_PX, rows * SLIDE_ROW_PX + 300),
-                         width=fig.layout.width and round(fig.layout.width * SLIDE_FONT / FONT["size"]))
+                slides.layout[name].update(tickmode="linear", dtick=max(1, math.ceil(len(values) * SLIDE_ROW_PX
+                                                                                     / room[axis])))
+    slides.update_layout(height=SLIDE_HEIGHT_PX, width=fig.layout.width and round(fig.layout.width * SLIDE_FONT / FONT["size"]))
     return _subplots_title(slides) if slides.layout.title.pad.b else slides  # raised as far as the panels' titles grew

@@ -36,7 +36,8 @@ class StoreError(KeyError):
 
 @dataclass(frozen=True)
 class Stored:
-    label: str          # "trained k3q7m2xa: 2L×4H d64 …" or "uploaded k3q7m2xa: mine.safetensors": the model list shows it
+    label: str          # "trained k3q7m2xa4rbt5wzd: 2L×4H d64 …" or "uploaded k3q7m2xa4rbt5wzd: mine.safetensors":
+                        # the model list shows it
     data: bytes
 
 

@@ -109,7 +109,7 @@ def test_for_slides_raises_every_font_labels_as_many_rows_as_fit_and_leaves_the_
     rows_room = figures.SLIDE_HEIGHT_PX - figures.SLIDE_FRAME_PX
     assert slides.layout.height == figures.SLIDE_HEIGHT_PX
     assert slides.layout.yaxis.tickmode == "linear" and slides.layout.yaxis.dtick == math.ceil(30 * 32 / rows_room) == 5
-    assert slides.layout.xaxis.tickmode == "linear" and slides.layout.xaxis.dtick == 2  # 30 × 32 px: over 1,100 − 160
+    assert slides.layout.xaxis.tickmode == "linear" and slides.layout.xaxis.dtick == 1  # 30 × 32 px fit 1,100 − 130
     assert np.array_equal(slides.data[0].z, fig.data[0].z)
 
 

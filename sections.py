@@ -165,7 +165,7 @@ def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) 
     The figure is drawn at an explicit size that fits its place at 1280 px (``_room``), and exported at that size,
     so the PNG has the screen's aspect ratio by construction."""
     collected = _current()
-    shown = figures.fitted(figures.for_slides(fig) if presenting() else fig, _room())
+    shown = figures.fit_width(figures.for_slides(fig) if presenting() else fig, _room())
     with slides.own_slide():
         st.plotly_chart(shown, width=shown.layout.width, config={"toImageButtonOptions": {
             "format": "png", "scale": export.SCALE, "filename": export.file_name(name)}})

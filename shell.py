@@ -176,9 +176,12 @@ def _xsrf_token(cookie: object) -> bytes | None:
 def teacher() -> bool:
     """A browser on the server's own machine: the teacher's, who started the server, and may pin models for a
     lesson (students reach the server over the network)."""
-    if st.context.ip_address is None:  # Streamlit's word for a browser on localhost; a test harness has no headers
+    ip = st.context.ip_address
+    if ip is None:  # Streamlit's word for a browser on localhost
         return bool(st.context.headers)
-    address = ipaddress.ip_address(st.context.ip_address)  # "::ffff:127.0.0.1" from a dual-stack socket
+    if not isinstance(ip, str):  # a test harness's stand-in: no browser, no teacher
+        return False
+    address = ipaddress.ip_address(ip)  # "::ffff:127.0.0.1" from a dual-stack socket
     return (getattr(address, "ipv4_mapped", None) or address).is_loopback
 
 

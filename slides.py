@@ -38,7 +38,7 @@ STYLE = f"""<style>
 [data-testid="stSidebar"] :is(p, li, label, span, input, button, code):not(svg *) {{ font-size: {TEXT_PX}px !important; }}
 [data-testid="stMain"] h1, [data-testid="stMain"] h1 * {{ font-size: {HEADING_PX + 8}px !important; }}
 [data-testid="stMain"] :is(h2, h2 *, h3, h3 *) {{ font-size: {HEADING_PX}px !important; line-height: 1.2 !important; }}
-[data-testid="stMain"] [data-testid="stVerticalBlock"] {{ gap: 0.6rem !important; }}
+[data-testid="stMain"] [data-testid="stVerticalBlock"] {{ gap: 0.4rem !important; }}
 [data-testid="stMain"] :is(h1, h2, h3) {{ padding-top: 0.2rem !important; padding-bottom: 0.2rem !important; }}
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p {{ margin-bottom: 0.2rem !important; }}
 [data-testid="stMainBlockContainer"] {{ padding-top: 0.6rem !important; padding-bottom: 1rem !important;

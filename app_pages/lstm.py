@@ -214,12 +214,12 @@ def copying_controls() -> None:
                 if c.lstm_knows_nothing else
                 f"The LSTM is more than {checks.NOTHING_MARGIN} nats from ln {c.d_vocab} = "
                 f"{c.knows_nothing:.2f}, the loss of knowing nothing.")
-    st.markdown(f"The one-layer model stays within {checks.EARLIER_MARGIN} nats of {c.earlier:.2f}, the loss of \"some "
-                "earlier token comes next\" (every id seen so far equally likely): one layer can find where a token "
-                "occurred, but reading what followed it takes a previous-token head composed with an induction head."
-                if c.one_layer_earlier else
-                f"The one-layer model is more than {checks.EARLIER_MARGIN} nats from {c.earlier:.2f}, the loss of "
+    st.markdown(f"The one-layer model {'stays within' if c.one_layer_earlier else 'is more than'} "
+                f"{checks.EARLIER_MARGIN} nats {'of' if c.one_layer_earlier else 'from'} {c.earlier:.2f}, the loss of "
                 "\"some earlier token comes next\" (every id seen so far equally likely).")
+    if c.one_layer_earlier:
+        prose("One layer can find where a token occurred, but reading what followed it takes a previous-token head "
+              "composed with an induction head.")
 
 
 show([("Memory carried forward: the cell state and the residual stream", cell_and_stream),

@@ -11,13 +11,13 @@ __all__ = ["plain", "head_colour", "wo_blocks", "head_norms_bar", "head_contribu
            "training_curves",
            "pattern_heatmap", "singular_values", "source_bars", "component_bars", "depth_heatmap", "overlap_heatmap",
            "token_heatmap", "eigenvalues_plot", "composition_heatmap", "patterns_grid", "time_heatmap", "histogram",
-           "loss_curves", "copy_losses", "for_slides", "fitted"]
+           "loss_curves", "copy_losses", "for_slides", "fit_width"]
 
 FONT = {"size": 14}
 TITLE_FONT = 17     # px, a figure's title
 SLIDE_FONT = 24     # px, presentation mode: every chart text, read from the back of a room at 1280 × 720
 SLIDE_ROW_PX = 32   # px per labelled row of a heatmap in presentation mode: a 24 px label with room around it
-SLIDE_HEIGHT_PX = 340  # px of a slide's figure: what a 1280 × 720 slide has under its top rows, heading and checks
+SLIDE_HEIGHT_PX = 400  # px of a slide's figure: what a 1280 × 720 slide has under its top rows, heading and checks
 SLIDE_FRAME_PX = 130   # px of that height a chart's title and x-axis take: the rows' labels share the rest
 CHAR_EM = 0.62      # a character's mean width in em, in the widest font plotly falls back to (DejaVu Sans for verdana)
 CELL_PX = 56        # px per cell of a heatmap sized by its cells (composition scores): a 1 × 1 matrix draws small
@@ -69,16 +69,16 @@ def _wrap(text: str, width: float, size: float) -> str:
                                      break_on_hyphens=False))
 
 
-def fitted(fig: go.Figure, width: int) -> go.Figure:
-    """A copy of ``fig`` at most ``width`` px wide (narrower where the figure asks for less: a heatmap of few cells),
-    its title wrapped to that width: the size a page draws the figure at and the size its export renders."""
-    fit = go.Figure(fig)  # a copy: the figure passed in is not touched
+def fit_width(fig: go.Figure, width: int) -> go.Figure:
+    """``fig`` itself, made at most ``width`` px wide (narrower where the figure asks for less: a heatmap of few
+    cells), its title wrapped to that width: the size a page draws the figure at and the size its export renders.
+    In place: a page builds each figure for one draw, and a copy (plotly validates it whole) took 60 ms a figure,
+    as long as building it."""
     width = min(fig.layout.width or width, width)
-    title = fit.layout.title
+    title = fig.layout.title
     if title.text:
-        fit.update_layout(title_text=_wrap(title.text, width - 20, title.font.size or TITLE_FONT))
-    fit.update_layout(width=width)
-    return fit
+        fig.update_layout(title_text=_wrap(title.text, width - 20, title.font.size or TITLE_FONT))
+    return fig.update_layout(width=width)
 
 
 def wo_blocks(n_heads: int, d_head: int, d_model: int, row: int) -> go.Figure:
@@ -445,6 +445,10 @@ def for_slides(fig: go.Figure) -> go.Figure:
     slides.update_traces(colorbar_tickfont_size=SLIDE_FONT, colorbar_title_font_size=SLIDE_FONT,
                          selector=lambda trace: "colorbar" in trace)
     slides.update_coloraxes(colorbar_tickfont_size=SLIDE_FONT, colorbar_title_font_size=SLIDE_FONT)
+    titled = [axis for axis in slides.select_yaxes() if axis.title.text]
+    for k, axis in enumerate(titled):  # a title longer than the plot's height wraps; a grid's rows share one
+        shared = k and axis.title.text == titled[0].title.text
+        axis.update(title_text=None if shared else _wrap(axis.title.text, SLIDE_HEIGHT_PX - SLIDE_FRAME_PX, SLIDE_FONT))
     if slides.layout.legend.orientation == "h":  # a legend at the foot takes a slide's short height from the plot:
         slides.update_layout(legend={"orientation": "v", "yref": "paper", "y": 1, "yanchor": "top", "x": 1.02,
                                      "xanchor": "left"})  # at the side, it takes the wide slide's width instead

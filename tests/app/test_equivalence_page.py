@@ -154,7 +154,7 @@ def test_sidebar_checkpoint_upload_selects_a_good_file_and_refuses_a_bad_one(app
     path = tmp_path / "mine.safetensors"
     io.save(Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=4)), path)
     app.sidebar.file_uploader[0].upload("mine.safetensors", path.read_bytes()).run()
-    assert not app.exception and re.fullmatch(r"uploaded [a-z0-9]{8}: mine\.safetensors", app.session_state["model"])
+    assert not app.exception and re.fullmatch(r"uploaded [a-z2-7]{16}: mine\.safetensors", app.session_state["model"])
     mine = app.session_state["model"]  # the server's store keeps it under a short id
     assert any("1 layers × 2 heads" in c.value for c in app.sidebar.caption)
     app.sidebar.file_uploader[0].upload("evil.safetensors", b"\x80\x04\x95 pickle").run()

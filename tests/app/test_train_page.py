@@ -104,7 +104,7 @@ def test_a_short_training_run_completes_and_joins_the_sidebar():
     assert at.session_state["model"] == last["label"]          # the sidebar selected it
     assert at.session_state["model_choice"][0] == "session"
     assert [row["step"] for row in last["history"]][-1] == 50
-    assert re.fullmatch(r"trained [a-z2-7]{8}: 2L×2H d32 ctx 32, random tokens with repeats, 50 steps, lr 0\.01, seed 0",
+    assert re.fullmatch(r"trained [a-z2-7]{16}: 2L×2H d32 ctx 32, random tokens with repeats, 50 steps, lr 0\.01, seed 0",
                         last["label"]), last["label"]  # the store's short id, then the settings
     result = next(s.value for s in at.success if "Final loss" in s.value)
     seconds, rate = (float(x) for x in re.search(r"Training took ([\d.]+) s here \(([\d.]+) steps/s\)", result).groups())

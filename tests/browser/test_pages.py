@@ -93,7 +93,7 @@ def test_the_preset_forms_an_induction_head_live_and_opens_on_the_circuits_page(
     assert no_exception(page)
     sidebar = page.locator('[data-testid="stSidebar"]')
     label = sidebar.locator('input[aria-label="model"]').input_value()
-    assert re.match(r"trained [a-z2-7]{8}: watch an induction head form", label), label
+    assert re.match(r"trained [a-z2-7]{16}: watch an induction head form", label), label
     save_whole_page(page, "train", height=1500, charts=2)
     page.get_by_text("Read its circuit on the Circuits page (two layers)").click()
     page.get_by_role("button", name="Reveal the answer").click()  # the ablation question hides the circuit
@@ -126,7 +126,7 @@ def test_your_own_model_trains_and_shows_live_curves(page, server):
     page.get_by_text("Download as .safetensors").wait_for(timeout=30_000)
     # The trained model is now the sidebar's choice.
     label = page.locator('[data-testid="stSidebar"] input[aria-label="model"]').input_value()
-    assert re.match(r"trained [a-z2-7]{8}: 2L×2H d32 ctx 32", label), label
+    assert re.match(r"trained [a-z2-7]{16}: 2L×2H d32 ctx 32", label), label
 
 
 def running_trainings(page, server) -> int:
@@ -166,14 +166,15 @@ def test_patterns_page_loads_draws_and_reacts(page, server):
     wait_for_app(page, charts=4)
     assert no_exception(page)
     assert "Scores recomputed" in page.inner_text("body")
-    before = page.locator('[data-testid="stPlotlyChart"]').nth(2).inner_text()
+    pattern = page.locator('[data-testid="stPlotlyChart"]').filter(has_text="the pattern A")
+    before = pattern.inner_text()
     press_slider(page, "head", "ArrowRight")
     page.wait_for_function(
-        "() => document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')[2].innerText.includes('Layer 1, head 1')",
-        timeout=30_000)
+        "() => [...document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')]"
+        ".some(chart => chart.innerText.includes('Layer 1, head 1: the pattern A'))", timeout=30_000)
     wait_for_app(page, charts=4)
     assert no_exception(page)
-    assert "head=1" in page.url and page.locator('[data-testid="stPlotlyChart"]').nth(2).inner_text() != before
+    assert "head=1" in page.url and pattern.inner_text() != before
     save_whole_page(page, "patterns", height=3800, charts=4)
 
 

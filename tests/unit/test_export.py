@@ -47,12 +47,12 @@ def test_png_is_layout_size_times_scale(chromium):
 
 
 def test_a_shown_figures_png_has_its_aspect_ratio_at_least_twice_its_size(chromium):
-    """The page draws a figure at ``figures.fitted``'s size (a column 382 px wide, a slide 1100 px); its PNG is that
+    """The page draws a figure at ``figures.fit_width``'s size (a column 382 px wide, a slide 1100 px); its PNG is that
     size times SCALE ≥ 2, so the aspect ratio is the screen's exactly."""
     assert export.SCALE >= 2
     bars = figures.component_bars(np.array([1.0, -0.5, 2.0]), ["embed", "L0H0", "L0 MLP"], "ledger", "length")
     for width in (382, 1100):
-        shown = figures.fitted(bars, width)
+        shown = figures.fit_width(go.Figure(bars), width)
         png_width, png_height = png_size(export.png(shown))
         assert (png_width, png_height) == (width * export.SCALE, bars.layout.height * export.SCALE)
         assert png_width / png_height == pytest.approx(width / bars.layout.height, rel=1e-9)

@@ -4,6 +4,7 @@ import math
 import re
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
 
 from mechlib import export, figures
@@ -108,22 +109,25 @@ def test_for_slides_raises_every_font_labels_as_many_rows_as_fit_and_leaves_the_
     # 30 token rows at 32 px do not fit a 720 px slide: every k-th is labelled, k the least that fits its height
     rows_room = figures.SLIDE_HEIGHT_PX - figures.SLIDE_FRAME_PX
     assert slides.layout.height == figures.SLIDE_HEIGHT_PX
-    assert slides.layout.yaxis.tickmode == "linear" and slides.layout.yaxis.dtick == math.ceil(30 * 32 / rows_room) == 5
+    assert slides.layout.yaxis.tickmode == "linear" and slides.layout.yaxis.dtick == math.ceil(30 * 32 / rows_room) == 4
     assert slides.layout.xaxis.tickmode == "linear" and slides.layout.xaxis.dtick == 1  # 30 × 32 px fit 1,100 − 130
     assert np.array_equal(slides.data[0].z, fig.data[0].z)
 
 
-def test_fitted_draws_at_the_rooms_width_with_its_title_wrapped_and_leaves_the_original_alone():
+def test_fit_width_draws_at_the_rooms_width_with_its_title_wrapped():
     title = "What each component left in attn-only-2l's final residual (last position), along x̂_final"
-    fig = figures.component_bars(np.ones(3), ["embed", "L0H0", "L0 MLP"], title, "length")
-    before = fig.to_dict()
-    shown = figures.fitted(fig, 382)
-    assert fig.to_dict() == before and fig.layout.width is None
-    assert (shown.layout.width, shown.layout.height) == (382, fig.layout.height)
+
+    def bars():
+        return figures.component_bars(np.ones(3), ["embed", "L0H0", "L0 MLP"], title, "length")
+
+    fig = bars()
+    height, shown = fig.layout.height, figures.fit_width(fig, 382)
+    assert shown is fig  # in place: a copy cost as much as building the figure
+    assert (shown.layout.width, shown.layout.height) == (382, height)
     lines = shown.layout.title.text.split("<br>")
     assert " ".join(lines) == title and len(lines) >= 2
     assert max(len(line) for line in lines) * figures.CHAR_EM * figures.TITLE_FONT <= 382 - 20
-    assert figures.fitted(fig, 1100).layout.title.text == title  # room for it on one line
+    assert figures.fit_width(bars(), 1100).layout.title.text == title  # room for it on one line
 
 
 def test_patterns_grid_names_its_axes_once():
@@ -157,8 +161,9 @@ def test_a_composition_heatmap_is_sized_by_its_cells():
     assert one.layout.width <= 320 and one.layout.height <= 260  # a trained 2-layer 1-head model: a small square
     assert eight.layout.width - one.layout.width == 7 * figures.CELL_PX
     assert eight.layout.height - one.layout.height == 7 * figures.CELL_PX
-    assert figures.fitted(one, 1100).layout.width == one.layout.width  # the page keeps it small
-    assert figures.fitted(figures.for_slides(one), 1100).layout.width <= 1100 / 2  # on a slide too, type and all
+    natural = one.layout.width
+    assert figures.fit_width(go.Figure(one), 1100).layout.width == natural  # the page keeps it small
+    assert figures.fit_width(figures.for_slides(one), 1100).layout.width <= 1100 / 2  # on a slide too, type and all
 
 
 def colour_bar_ticks(svg: bytes) -> tuple[list[float], float]:
@@ -172,6 +177,6 @@ def colour_bar_ticks(svg: bytes) -> tuple[list[float], float]:
 def test_a_three_row_depth_heatmaps_colour_bar_ticks_stay_apart(chromium):
     norms = np.array([np.linspace(1, 3, 16), np.linspace(10, 30, 16), np.linspace(20, 45, 16)])  # [boundary, pos]
     fig = figures.depth_heatmap(norms, [f"tok{i}" for i in range(16)])
-    for shown in (figures.fitted(fig, 462), figures.fitted(figures.for_slides(fig), 1100)):
+    for shown in (figures.fit_width(go.Figure(fig), 462), figures.fit_width(figures.for_slides(fig), 1100)):
         ys, size = colour_bar_ticks(export.svg(shown))
         assert len(ys) >= 2 and min(np.diff(ys)) >= 1.2 * size, (ys, size)

@@ -27,6 +27,7 @@ import asyncio
 import hashlib
 import os
 import random
+import re
 import socket
 import statistics
 import subprocess
@@ -365,6 +366,8 @@ async def measure(url: str, pids: list[int], args) -> None:
     print(f"  {'every move':12s} {len(all_moves):4d} moves  {quantiles(all_moves)} "
           f"({len(all_moves) / (60 * args.minutes):.1f} moves/s)")
     print(f"  {'page opens':12s} {len(stats.opens):4d}        {quantiles(stats.opens)}")
+    if recorded := readme_row(args.clients, args.train):
+        print(f"  README's last recorded figures for this class: {recorded}")
     print(f"  no-op reruns (the control) that changed the output: {stats.noop[0]} of {stats.noop[1]}")
     if trainers:
         print(f"  trainings    {len(stats.trainings):4d}        {quantiles(stats.trainings)} (press to result, "
@@ -399,6 +402,18 @@ def wait_for(port: int, seconds: float = 90) -> None:
         except OSError:
             time.sleep(0.5)
     raise RuntimeError(f"nothing listens on port {port} after {seconds} s")
+
+
+def readme_row(clients: int, train: int) -> str:
+    """The README's row of "Running a classroom" for a class this size ("| 30, … |", "| 25, and 5 pressing …"),
+    its cells joined, so that a run prints the figures it should match beside its own; "" when it has none."""
+    students = clients - train
+    for line in (ROOT / "README.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and re.match(rf"{students}\b", cells[0]) and ("preset" in cells[0]) == bool(train):
+            names = ("moves", "p50", "p95", "max", "slowest page's p95", "page opens p95", "memory")
+            return f"{cells[0]}: " + " · ".join(f"{name} {value}" for name, value in zip(names, cells[1:]))
+    return ""
 
 
 def main() -> None:

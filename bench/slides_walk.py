@@ -78,8 +78,8 @@ QUESTION = """() => {
   const outside = [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stElementContainer"]')]
     .filter(e => !e.closest('[data-testid="stVerticalBlockBorderWrapper"]') && e.getBoundingClientRect().height > 0);
   const caption = [...document.querySelectorAll('[data-testid="stCaptionContainer"]')]
-    .map(c => c.textContent).find(t => /^part \d+ of \d+/.test(t)) || '';
-  return {open: reveals.length, slides: +(caption.match(/slide \d+ of (\d+)$/) || [0, 1])[1],
+    .map(c => c.textContent).find(t => /^part \\d+ of \\d+/.test(t)) || '';
+  return {open: reveals.length, slides: +(caption.match(/slide \\d+ of (\\d+)$/) || [0, 1])[1],
           bottom: reveals.length ? Math.max(...reveals.map(b => b.getBoundingClientRect().bottom)) : null,
           answered: answered.length, answerBottom: answered.length ? Math.max(...answered.map(
             a => a.getBoundingClientRect().bottom)) : null, evidence: outside.length, H: innerHeight};

@@ -18,7 +18,7 @@ def checkpoint(seed: int) -> bytes:
 
 
 def upload(page, server: str, path) -> None:
-    page.goto(f"{server}/equivalence")
+    page.goto(f"{server}/")
     wait_for_app(page, charts=0)
     page.get_by_text("upload a checkpoint").click()
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(path))
@@ -29,7 +29,7 @@ def opens(browser, server: str, data: bytes) -> bool:
     """Whether a fresh browser opens the link to ``data``'s model (or is told it is gone)."""
     context = browser.new_context()
     page = context.new_page()
-    page.goto(f"{server}/equivalence?model=uploaded+{short_id(data)}")
+    page.goto(f"{server}/?model=uploaded+{short_id(data)}")
     gone = page.get_by_text(re.compile("is kept on this server|does not exist"))
     kept = page.locator('[data-testid="stSidebar"]').get_by_text(re.compile(f"uploaded {short_id(data)}: tab|lesson"))
     gone.or_(kept).first.wait_for(timeout=90_000)  # the note, or the model listed under its first name

@@ -10,7 +10,7 @@ from tests.browser.conftest import wait_for_app
 
 def upload(page, server: str, path) -> str:
     """The sidebar's checkpoint uploader given ``path``: the text of the uploader and of the sidebar's messages."""
-    page.goto(f"{server}/equivalence")
+    page.goto(f"{server}/")
     wait_for_app(page, charts=0)
     page.get_by_text("upload a checkpoint").click()
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(path))

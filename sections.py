@@ -175,7 +175,7 @@ def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) 
 
 
 _BLOCK = re.compile(r"^([-+*#>])(?= )")  # st.table reads a cell as Markdown: "+ W_pos" became a list item
-SLIDE_ROWS = 6  # a table's rows on one slide at slide-sized type, with room for wrapped cells and the part's checks
+SLIDE_ROWS = 5  # a table's rows on one slide at slide-sized type, with room for wrapped cells and the part's checks
 
 
 def table(frame: pd.DataFrame, name: str, static: bool = False, **options) -> None:

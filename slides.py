@@ -2,7 +2,7 @@
 
 One row on top of every page holds the modes, the page's settings, Previous / part / Next and the link to the
 view; one row under a part's heading holds its number, its notes and its export menu. A part is several slides:
-its question (with its answer, once revealed), then each figure, and each six rows of a table, with the part's
+its question (with its answer, once revealed), then each figure, and each five rows of a table, with the part's
 lines of text under each, so that every slide has the screen's width and fits its height. Next walks the whole lesson path (``lessons.ROUTE``): every slide of a
 part, every part of a page, then the next stop's page. Type is sized for the back of a room.
 """
@@ -28,8 +28,9 @@ TEXT_PX, HEADING_PX = 24, 36  # the least a slide's text and headings may be, re
 
 # Streamlit's own test ids and HTML elements, never its generated class names. The top row sits in the header's
 # height, between its two buttons (the sidebar's and the menu): the header lets it show and be clicked through.
-# KaTeX keeps its relative sizes; charts (svg) get their type from ``figures.for_slides``, since plotly measures
-# its text to lay it out.
+# A text's last paragraph keeps the 1rem that Streamlit's text element takes back below it (a negative margin):
+# without it, the next element covered the text's last line. KaTeX keeps its relative sizes; charts (svg) get
+# their type from ``figures.for_slides``, since plotly measures its text to lay it out.
 STYLE = f"""<style>
 [data-testid="stMain"] :is(p, li, label, td, th, input, textarea, button, summary, span, code, small,
   [data-testid="stMetricValue"] *, [data-testid="stMetricLabel"] *):not(.katex, .katex *, svg *, h1 *, h2 *, h3 *) {{
@@ -38,9 +39,10 @@ STYLE = f"""<style>
 [data-testid="stSidebar"] :is(p, li, label, span, input, button, code):not(svg *) {{ font-size: {TEXT_PX}px !important; }}
 [data-testid="stMain"] h1, [data-testid="stMain"] h1 * {{ font-size: {HEADING_PX + 8}px !important; }}
 [data-testid="stMain"] :is(h2, h2 *, h3, h3 *) {{ font-size: {HEADING_PX}px !important; line-height: 1.2 !important; }}
-[data-testid="stMain"] [data-testid="stVerticalBlock"] {{ gap: 0.4rem !important; }}
+[data-testid="stMain"] [data-testid="stVerticalBlock"] {{ gap: 0.25rem !important; }}
 [data-testid="stMain"] :is(h1, h2, h3) {{ padding-top: 0.2rem !important; padding-bottom: 0.2rem !important; }}
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p {{ margin-bottom: 0.2rem !important; }}
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] p:last-child {{ margin-bottom: 1rem !important; }}
 [data-testid="stMainBlockContainer"] {{ padding-top: 0.6rem !important; padding-bottom: 1rem !important;
   padding-left: 3.5rem !important; padding-right: 3.5rem !important; }}
 [data-testid="stHeader"] {{ background: transparent !important; }}

@@ -177,11 +177,11 @@ def separating() -> None:
                         for name in test.losses]), "losses")
     st.markdown("Loss from the first occurrence to the second: " + ", ".join(
         f"{name} {test.first_repeat[name]:.2f} → {test.second_repeat[name]:.2f} nats ({-test.reduction[name]:+.0%})"
-        for name in test.losses) + ". " + ranking(test.repeat, "On the second occurrence", "nats", test.second_repeat))
+        for name in test.losses) + ". " + ranking(test.repeat, "On the second occurrence", "nats", test.second_repeat)
+        + "\n\n" + ranking(text.text, "On ordinary held-out text", "nats per character", text.losses))
     prose("An induction head can look up each token's earlier copy; the LSTM would have to hold the whole random "
           "segment in its fixed-size state." if test.transformer_wins else
           "Here the transformer does not use the earlier copy to beat the LSTM on the repeat.")
-    st.markdown(ranking(text.text, "On ordinary held-out text", "nats per character", text.losses))
 
 
 def copying_controls() -> None:
@@ -205,18 +205,19 @@ def copying_controls() -> None:
            f"from mechlib import copying\n\nresult = copying.controls({seed})\n"
            'fig = figures.copy_losses({f"{role} ({result.params[role]:,} parameters)": values for role, values in '
            "result.losses.items()}, result.length, result.d_vocab, result.earlier)")
-    st.markdown(f"On the second copy: two layers **{s2['two layers']:.2f}** nats, one layer **{s2['one layer']:.2f}**, "
-                f"the LSTM **{s2['LSTM']:.2f}**. " + (
-                    f"Each control is at least {checks.GAP_MIN} nats worse than the model before it." if c.ordered else
-                    f"Here they do not rise by {checks.GAP_MIN} nats or more from two layers to one layer to the LSTM."))
-    st.markdown(f"The LSTM stays within {checks.NOTHING_MARGIN} nats of ln {c.d_vocab} = {c.knows_nothing:.2f}, the "
-                f"loss of knowing nothing: it has not learned to keep {c.length} random ids in its fixed-size state."
-                if c.lstm_knows_nothing else
-                f"The LSTM is more than {checks.NOTHING_MARGIN} nats from ln {c.d_vocab} = "
-                f"{c.knows_nothing:.2f}, the loss of knowing nothing.")
-    st.markdown(f"The one-layer model {'stays within' if c.one_layer_earlier else 'is more than'} "
-                f"{checks.EARLIER_MARGIN} nats {'of' if c.one_layer_earlier else 'from'} {c.earlier:.2f}, the loss of "
-                "\"some earlier token comes next\" (every id seen so far equally likely).")
+    ordered = (f"On the second copy: two layers **{s2['two layers']:.2f}** nats, one layer **{s2['one layer']:.2f}**, "
+               f"the LSTM **{s2['LSTM']:.2f}**. " + (
+                   f"Each control is at least {checks.GAP_MIN} nats worse than the model before it." if c.ordered else
+                   f"Here they do not rise by {checks.GAP_MIN} nats or more from two layers to one layer to the LSTM."))
+    rnn = (f"The LSTM stays within {checks.NOTHING_MARGIN} nats of ln {c.d_vocab} = {c.knows_nothing:.2f}, the "
+           f"loss of knowing nothing: it has not learned to keep {c.length} random ids in its fixed-size state."
+           if c.lstm_knows_nothing else
+           f"The LSTM is more than {checks.NOTHING_MARGIN} nats from ln {c.d_vocab} = "
+           f"{c.knows_nothing:.2f}, the loss of knowing nothing.")
+    one_layer = (f"The one-layer model {'stays within' if c.one_layer_earlier else 'is more than'} "
+                 f"{checks.EARLIER_MARGIN} nats {'of' if c.one_layer_earlier else 'from'} {c.earlier:.2f}, the loss of "
+                 "\"some earlier token comes next\" (every id seen so far equally likely).")
+    st.markdown("\n\n".join([ordered, rnn, one_layer]))  # one text: a slide spaces its lines, not three elements
     if c.one_layer_earlier:
         prose("One layer can find where a token occurred, but reading what followed it takes a previous-token head "
               "composed with an induction head.")

@@ -14,8 +14,8 @@ from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
 from mechlib.store import ID_CHARS, STORE, StoreError
-from shell import (add_session_model, clean_url_ints, freeze_libraries, literal, quoted, select_slider, session_model,
-                   slider, teacher, url_notes, warm_up)
+from shell import (add_session_model, clean_url_ints, collect_garbage, freeze_libraries, literal, quoted, select_slider,
+                   session_model, slider, teacher, url_notes, warm_up)
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide",
                    initial_sidebar_state="collapsed" if slides.linked_present() else "auto")
@@ -196,3 +196,4 @@ try:
 finally:  # after the page's widgets, so the URL holds every setting the page drew (a page may stop early)
     slides.finish()
     sections.copy_link(slides.link_place())
+    collect_garbage()

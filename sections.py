@@ -2,7 +2,9 @@
 section's figures, tables and numbers exported for slides, each figure with the Python that reproduces it,
 and questions a student answers before the live result reveals the answer."""
 
+import functools
 import html
+import inspect
 import re
 import threading
 import weakref
@@ -210,10 +212,17 @@ def metric(column: DeltaGenerator, label: str, value: str, help: str | None = No
 
 
 def _export_menu(collected: Collected) -> None:
+    """The part's "Export this section" menu, whose contents are drawn once it is opened (opening it reruns the
+    page): drawn on every run, its buttons, snippets and the figures they keep alive took a tenth of a class's
+    server time (py-spy)."""
     if not (collected.figures or collected.tables or collected.numbers):
         return
-    with (slides.export_place() or st).popover("Export this section", icon=":material/download:",
-                                                    width="stretch" if presenting() else "content"):
+    menu = (slides.export_place() or st).popover("Export this section", icon=":material/download:",
+                                                 width="stretch" if presenting() else "content",
+                                                 key=export_key(collected.title), on_change="rerun")
+    if not menu.open:
+        return
+    with menu:
         reason = export.available()
         for name, fig in collected.figures.items():
             st.markdown(f"**{figures.plain(name)}**")
@@ -236,6 +245,18 @@ def _export_menu(collected: Collected) -> None:
             collected.figures, collected.tables, collected.numbers, collected.snippets),
             export.file_name(collected.title) + ".zip", "application/zip", key=f"zip {collected.title}",
             on_click="ignore", type="primary")
+
+
+@functools.cache
+def source(*functions: Callable) -> str:
+    """The source of mechlib ``functions``, one after another, for a page's "Under the hood": read once per
+    process (``inspect`` tokenises the module's file on every call)."""
+    return "\n".join(inspect.getsource(function) for function in functions)
+
+
+def export_key(title: str) -> str:
+    """The widget key of the part ``title``'s export menu, whose value is whether it is open."""
+    return f"export {title}"
 
 
 # ---------------------------------------------------------------------------------------------------------------

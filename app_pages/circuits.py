@@ -1,15 +1,13 @@
 """Circuits (Elhage et al. 2021; Olsson et al. 2022) on the zoo's models: zero, one and two layers,
 and the phase change in which induction heads form."""
 
-import inspect
-
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from mechlib import bigrams, checks, circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
-from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, table
+from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, source, table
 from shell import check_line, current_model, literal, section, select_slider, selectbox, slider, verdict
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
@@ -362,9 +360,8 @@ else:
 
 with st.expander("Under the hood"):
     st.markdown("The composition score as Elhage et al. (2021) define it; the page uses a fast version of it.")
-    st.code(inspect.getsource(circuits.composition_score_reference))
+    st.code(source(circuits.composition_score_reference))
     if st.toggle("show the fast implementation", False, key="c_fast", bind="query-params"):
         st.caption("Every pair at once, no d_model × d_model matrix; tested against the reference to 1e-10 in float64.")
-        st.code("\n".join(inspect.getsource(f) for f in (
-            circuits.composition_scores, circuits._writers_and_readers, circuits._orthonormal_left,
-            circuits._squared_norms_by_gram, circuits._squared_norms_directly, circuits.composition_ceiling)))
+        st.code(source(circuits.composition_scores, circuits._writers_and_readers, circuits._orthonormal_left,
+                       circuits._squared_norms_by_gram, circuits._squared_norms_directly, circuits.composition_ceiling))

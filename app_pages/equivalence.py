@@ -1,7 +1,5 @@
 """Equivalence: concat-then-project equals project-per-head-then-sum (seed 000)."""
 
-import inspect
-
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -9,7 +7,7 @@ import streamlit as st
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
 from mechlib.device import MEMORY, BudgetError, budget_mb
-from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, table
+from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, source, table
 from shell import check_line, select_slider, slider
 
 
@@ -213,10 +211,9 @@ show([("The steps, with the shapes of your sizes", step_table),
 
 with st.expander("Under the hood"):
     st.markdown("`mechlib.attention`: the two readings the checks compare (z: `[batch, pos, head, d_head]`).")
-    st.code(inspect.getsource(attention.concat_then_project) + "\n" + inspect.getsource(attention.per_head_results))
+    st.code(source(attention.concat_then_project, attention.per_head_results))
     st.markdown("`mechlib.equivalence`: the row-block check, on the matrix read off `concat_then_project`, and one "
                 "output element taken apart into per-head partial sums.")
-    st.code(inspect.getsource(equivalence.concatenated_W_O) + "\n" + inspect.getsource(equivalence.wo_block_check)
-            + "\n" + inspect.getsource(equivalence.element))
+    st.code(source(equivalence.concatenated_W_O, equivalence.wo_block_check, equivalence.element))
     st.code(f"result = mechlib.equivalence.run(batch={batch}, seq={seq}, d_vocab={d_vocab}, d_model={d_model}, "
             f"n_heads={n_heads}, seed={seed}, dtype={dtype!r}, position={position})")

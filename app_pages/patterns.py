@@ -1,14 +1,12 @@
 """Patterns and messages: attention = (QKᵀ)(VO). W_QK decides where to look, W_OV what moves (seed 002)."""
 
-import inspect
-
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from mechlib import data, figures, patterns
 from mechlib.checks import EFFECTIVE_SHARE, RANK_ZERO
-from sections import beside, controls, figure, metric, predict, prose, record, show, table
+from sections import beside, controls, figure, metric, predict, prose, record, show, source, table
 from shell import check_line, current_model, input_tokens, literal, section, slider
 
 
@@ -156,4 +154,4 @@ show([("Regrouping: ((QKᵀ)V)O = (QKᵀ)(VO)", regrouping),
 
 with st.expander("Under the hood"):
     st.markdown("`mechlib.patterns`: the checks on this page.")
-    st.code(inspect.getsource(patterns.regrouping) + "\n" + inspect.getsource(patterns.messages))
+    st.code(source(patterns.regrouping, patterns.messages))

@@ -1,14 +1,12 @@
 """The residual stream: every component reads from it and adds to it (seed 002; Elhage et al. 2021)."""
 
-import inspect
-
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from mechlib import data, figures, residual
 from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX
-from sections import beside, controls, exercise, figure, predict, prose, record, show, table
+from sections import beside, controls, exercise, figure, predict, prose, record, show, source, table
 from shell import check_line, current_model, input_tokens, literal, section, selectbox, slider
 
 
@@ -204,5 +202,4 @@ show([("The ledger at one position", the_ledger),
 
 with st.expander("Under the hood"):
     st.markdown("`mechlib.residual`: the ledger, its check against a separate forward pass, direct logit attribution.")
-    st.code("\n".join(inspect.getsource(f) for f in (residual.ledger, residual.ledger_check,
-                                                      residual.direct_logit_attribution)))
+    st.code(source(residual.ledger, residual.ledger_check, residual.direct_logit_attribution))

@@ -5,6 +5,8 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from sections import export_key
+
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
@@ -17,6 +19,16 @@ def open_page(path: str, read: bool = True, **state) -> AppTest:
         at.session_state[key] = value
     at.run()
     at.switch_page(path)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def open_exports(at: AppTest) -> AppTest:
+    """Open every part's "Export this section" menu, as a student's click does (its contents are drawn only
+    while it is open), and rerun."""
+    for heading in at.subheader:
+        at.session_state[export_key(heading.value)] = True
     at.run()
     assert not at.exception, at.exception
     return at

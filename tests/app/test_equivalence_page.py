@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from mechlib import equivalence
 from mechlib.checks import Check
-from tests.app.helpers import open_page, reveal, shown_checks
+from tests.app.helpers import open_exports, open_page, reveal, shown_checks
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
 REAL_RUN = equivalence.run
@@ -181,7 +181,7 @@ def test_step_table_is_the_readings_numbering_with_a_csv_export(app):
     assert rows.loc["5", "as the reading writes it"] == "1 × 1 × 20 × 64"     # one head's view
     assert rows.loc["8′", "as the reading writes it"] == "1 × 20 × 1 × 512"
     assert rows.loc["6a", "in the reading?"].startswith("no: added here")
-    assert "steps (CSV)" in [b.label for b in app.get("download_button")]
+    assert "steps (CSV)" in [b.label for b in open_exports(app).get("download_button")]
 
 
 def test_the_element_section_takes_R_i_j_apart_per_head(app):

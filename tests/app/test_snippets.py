@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.app.helpers import open_page
+from tests.app.helpers import open_exports, open_page
 
 PAGES = {  # page: settings of a second session beyond the defaults, so the snippets' values are not all defaults
     "app_pages/equivalence.py": {"H": 4, "S": 6},
@@ -32,7 +32,7 @@ def rebuilt(snippet: str) -> dict:
 @pytest.mark.parametrize("page", PAGES)
 @pytest.mark.parametrize("setting", ["fresh", "changed"])
 def test_every_snippet_rebuilds_its_figure(page, setting):
-    at = open_page(page, **(PAGES[page] if setting == "changed" else {}))
+    at = open_exports(open_page(page, **(PAGES[page] if setting == "changed" else {})))
     for snippet, chart in snippets_and_charts(at):
         fig = rebuilt(snippet)
         assert fig["data"] == chart["data"], snippet

@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from mechlib import train
-from tests.app.helpers import open_page
+from tests.app.helpers import open_exports, open_page
 
 
 
@@ -265,6 +265,7 @@ def test_each_result_figures_snippet_trains_again_and_rebuilds_it_exactly():
     at = train_page(**TINY)
     at.button[0].click().run()
     assert not at.exception, at.exception
+    open_exports(at)
     snippets = [code.value for code in at.code if code.value.rstrip().endswith("fig.show()")]
     charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
     assert len(snippets) == len(charts) == 2

@@ -17,7 +17,7 @@ import sections
 from mechlib import bigrams, data, zoo
 from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
-from mechlib.device import MEMORY, BudgetError, experiment_mb
+from mechlib.device import MEMORY, BudgetError, budget_mb, experiment_mb
 from mechlib.model import Transformer
 from mechlib.store import STORE, short_id
 
@@ -244,22 +244,23 @@ def check_line(what: str, check: Check) -> str:
             f"a tolerance of **{check.tolerance:.0e}** · max(1, |reference|) — {verdict(check.passed)}")
 
 
-@st.cache_data(max_entries=256, show_spinner="Computing…")
-def _section(module: str, name: str, key: tuple, _model, args: tuple):
-    experiment = getattr(importlib.import_module(module), name)
-    with MEMORY.hold(experiment_mb(experiment, _model, *args), f"{name} on this model"):
-        return experiment(_model, *args)
+@st.cache_data(max_entries=256, show_spinner=False)
+def _section(module: str, name: str, key: tuple, _model, args: tuple, _mb: float):
+    with MEMORY.hold(_mb, f"{name} on this model"):
+        return getattr(importlib.import_module(module), name)(_model, *args)
 
 
 def section(experiment, key: tuple, model, *args):
     """A page section's result: ``experiment(model, *args)`` from mechlib, cached server-wide on plain values
     (the experiment's name, the model's key from ``current_model``, the arguments); never on the model itself.
-    A computation holds its estimate (``experiment_mb``: its declared cost, else the model's forward) under the
-    server-wide budget (``MEMORY``) while it runs; one over the budget, or that finds no room in time, stops the
-    section with the server's message, before it starts."""
+    A computation states its estimate while it runs (``experiment_mb``: its declared cost, else the model's
+    forward) and holds it under the server-wide budget (``MEMORY``); one over the budget, or that finds no room in
+    time, stops the section with the server's message, before it starts."""
     sections.record_call(experiment, key, args)
+    mb = experiment_mb(experiment, model, *args)
     try:
-        return _section(experiment.__module__, experiment.__name__, key, model, args)
+        with st.spinner(f"Computing: about {mb:,.0f} MB of the server's {budget_mb():,.0f} MB budget…"):
+            return _section(experiment.__module__, experiment.__name__, key, model, args, mb)
     except BudgetError as error:
         st.error(f"{error}.")
         st.stop()

@@ -533,6 +533,8 @@ class OneLayer:
 
 
 @torch.inference_mode()
+@costs(lambda model, ids: residual.ledger_mb(model, ids)  # and the paths [component+1 pos d_vocab]
+       + 4 * (residual.components(model) + 1) * len(ids) * model.cfg.d_vocab / 1e6)
 def one_layer(model: Transformer, ids: tuple[int, ...]) -> OneLayer:
     """Every layer-0 head's OV eigenvalues and copying score; the path expansion of the prompt ``ids`` (without
     LayerNorm)."""

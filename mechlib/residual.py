@@ -22,10 +22,10 @@ import torch
 from torch import Tensor
 
 from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX, Check, compare, model_tolerance
-from mechlib.device import to_numpy
+from mechlib.device import costs, to_numpy
 from mechlib.model import LN_EPS, Cache, Transformer
 
-__all__ = ["cache_of", "Ledger", "ledger", "final_residual", "boundaries", "unembed", "logit_lens", "direct_logit_attribution",
+__all__ = ["cache_of", "Ledger", "components", "ledger_mb", "ledger", "final_residual", "boundaries", "unembed", "logit_lens", "direct_logit_attribution",
            "subspace_overlap", "random_overlap", "random_overlap_sd", "least_overlap", "LedgerCheck", "ledger_check", "LedgerAt",
            "ledger_at", "Depth", "depth", "Lens", "lens", "Attribution", "attribution", "Subspaces", "subspaces",
            "LENS_TOP", "CANDIDATES", "TERM_KINDS", "term_kind", "kinds_of"]
@@ -68,6 +68,18 @@ class Ledger:
 
 
 @torch.inference_mode()
+def components(model: Transformer) -> int:
+    """How many terms the ledger has: the embeddings, each head, each layer's attention bias, MLP and MLP bias."""
+    cfg = model.cfg
+    return 1 + (cfg.positional == "standard") + cfg.n_layers * (cfg.n_heads + 1 + 2 * (not cfg.attn_only))
+
+
+def ledger_mb(model: Transformer, ids: tuple[int, ...], *_) -> float:
+    """What an experiment on the ledger of ``ids`` holds, in MB: one forward with its cache, and every component's
+    write [component pos d_model] in float32."""
+    return model.cfg.estimate_mb(batch=1) + 4 * components(model) * len(ids) * model.cfg.d_model / 1e6
+
+
 def ledger(model: Transformer, cache: Cache) -> Ledger:
     """The final residual (before the final LayerNorm) as a sum of every component's write."""
     labels, terms = ["embed"], [cache["hook_embed"]]
@@ -212,6 +224,7 @@ class LedgerAt:
 
 
 @torch.inference_mode()
+@costs(ledger_mb)
 def ledger_at(model: Transformer, ids: tuple[int, ...], position: int) -> LedgerAt:
     """The ledger at one position: every component's write, and its length along the final residual."""
     cache = cache_of(model, ids)
@@ -236,6 +249,7 @@ class Depth:
 
 
 @torch.inference_mode()
+@costs(ledger_mb)
 def depth(model: Transformer, ids: tuple[int, ...]) -> Depth:
     """The stream's size through depth, and how much each attention layer and MLP adds on average."""
     cache = cache_of(model, ids)
@@ -265,6 +279,8 @@ class Lens:
 
 
 @torch.inference_mode()
+@costs(lambda model, ids, *_: ledger_mb(model, ids)  # and the read-out at every boundary [n_layers+1 pos d_vocab]
+       + 4 * (model.cfg.n_layers + 1) * len(ids) * model.cfg.d_vocab / 1e6)
 def lens(model: Transformer, ids: tuple[int, ...], position: int) -> Lens:
     """The logit lens at one position: the stream read through the model's read-out after every block."""
     cache = cache_of(model, ids)
@@ -301,6 +317,7 @@ class Attribution:
 
 
 @torch.inference_mode()
+@costs(ledger_mb)
 def attribution(model: Transformer, ids: tuple[int, ...], position: int, token: int,
                 other: int | None = None) -> Attribution:
     """Direct logit attribution at one position: each component's share of the logit of ``token``, or of the

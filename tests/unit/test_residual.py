@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from mechlib import residual, zoo
+from mechlib import circuits, residual, zoo
 from mechlib.checks import SEPARATE_MAX, Check
 from mechlib.config import ModelConfig
+from mechlib.device import experiment_mb
 from mechlib.model import Transformer
 from tests.unit.helpers import randomised
 
@@ -333,3 +334,19 @@ def test_first_top_is_the_first_boundary_at_rank_one():
     lens = residual.Lens([], np.zeros((4, 3)), None, np.zeros(0), [], np.array([7, 1, 3, 1]), PASSED)
     assert lens.first_top == 1
     assert residual.Lens([], np.zeros((3, 3)), None, np.zeros(0), [], np.array([2, 5, 1]), PASSED).first_top == 2
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@torch.inference_mode()
+def test_the_declared_costs_count_the_ledgers_terms_and_the_lens_read_out(cfg):
+    """``components`` is the ledger's own count of terms, so ``ledger_mb`` holds what the ledger stacks; the lens
+    holds as well its read-out at every boundary, and the one-layer paths theirs, each [… pos d_vocab] float32."""
+    model, ids = randomised(cfg), tuple(range(1, cfg.n_ctx))
+    book = residual.ledger(model, residual.cache_of(model, ids))
+    assert residual.components(model) == len(book.labels) == book.terms.shape[0]
+    forward = cfg.estimate_mb(batch=1)
+    assert residual.ledger_mb(model, ids) == forward + 4 * book.terms.numel() / 1e6
+    read_out = 4 * (cfg.n_layers + 1) * len(ids) * cfg.d_vocab / 1e6
+    assert experiment_mb(residual.lens, model, ids, 0) == pytest.approx(residual.ledger_mb(model, ids) + read_out)
+    paths = 4 * (len(book.labels) + 1) * len(ids) * cfg.d_vocab / 1e6
+    assert experiment_mb(circuits.one_layer, model, ids) == pytest.approx(residual.ledger_mb(model, ids) + paths)

@@ -17,7 +17,6 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
-from streamlit.delta_generator_singletons import context_dg_stack
 
 import slides
 from mechlib import export, figures, glossary
@@ -154,7 +153,7 @@ def _room() -> int:
     """The px a figure drawn here may be wide: the innermost ``beside`` column it is in, else the main column."""
     if presenting():
         return SLIDE_PX
-    for holder in reversed(context_dg_stack.get()):  # Streamlit's `with` containers, innermost last
+    for holder in reversed(slides.holders()):
         if holder in _widths:
             return _widths[holder]
     return PAGE_PX
@@ -180,19 +179,24 @@ _BLOCK = re.compile(r"^([-+*#>])(?= )")  # st.table reads a cell as Markdown: "+
 SLIDE_ROWS = 5  # a table's rows on one slide at slide-sized type, with room for wrapped cells and the part's checks
 
 
+def _escaped(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` as ``st.table`` draws it: a cell's leading list marker escaped (a data grid reads cells as text)."""
+    return frame.map(lambda value: _BLOCK.sub(r"\\\1", value) if isinstance(value, str) else value)
+
+
 def table(frame: pd.DataFrame, name: str, static: bool = False, **options) -> None:
     """``st.dataframe`` of ``frame`` (``st.table`` where ``static``: sentences read whole, not in cells to
     scroll), collected for the part's CSV export. In presentation mode every table is an HTML table, whose type the
     slide's style can set (a data grid draws its own), SLIDE_ROWS rows a slide (``slides.pages``)."""
-    shown = frame.map(lambda value: _BLOCK.sub(r"\\\1", value) if isinstance(value, str) else value)
     if presenting():
+        shown = _escaped(frame)
         for where, rows in slides.pages(len(frame), SLIDE_ROWS):
             with where:
                 st.table(shown.iloc[rows], hide_index=True)
                 if rows.stop - rows.start < len(frame):
                     st.caption(f"Rows {rows.start + 1}–{rows.stop} of {len(frame)}; Export this section has them all.")
     elif static:
-        st.table(shown.set_index(shown.columns[0]))
+        st.table(_escaped(frame).set_index(frame.columns[0]))
     else:
         st.dataframe(frame, hide_index=True, **options)
     if (collected := _current()) is not None:

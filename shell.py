@@ -209,9 +209,9 @@ def add_session_model(kind: str, name: str, data: bytes, pin: bool = False) -> s
     ``CheckpointError``), so a link to it works in any session until it expires, and list it in this session;
     the sidebar selects it on the next run (a widget's value cannot change after it is drawn). The session
     keeps the bytes as well, so its own models survive the store and the model cache evicting them.
-    Returns the model's label, "trained k3q7m2xa4rbt5wzd: <name>": links need only its kind and id, and a session that
-    opens one without a name (``name=""``) lists the model under the label it was first stored with. ``pin``
-    keeps it in the store while the server runs (the preset's result: the lesson's links name it)."""
+    Returns the model's label, "trained k3q7m2xa4rbt5wzd: <name>": links need only its kind and id, and a
+    session that opens one without a name (``name=""``) lists the model under the label it was first stored
+    with. ``pin`` keeps it in the store while the server runs (the preset's result: the lesson's links name it)."""
     stored = STORE.put(kind, name, data, browser_id())
     if pin:
         STORE.pin(short_id(data))

@@ -3,8 +3,9 @@
 One row on top of every page holds the modes, the page's settings, Previous / part / Next and the link to the
 view; one row under a part's heading holds its number, its notes and its export menu. A part is several slides:
 its question (with its answer, once revealed), then each figure, and each five rows of a table, with the part's
-lines of text under each, so that every slide has the screen's width and fits its height. Next walks the whole lesson path (``lessons.ROUTE``): every slide of a
-part, every part of a page, then the next stop's page. Type is sized for the back of a room.
+lines of text under each, so that every slide has the screen's width and fits its height. Next walks the whole
+lesson path (``lessons.ROUTE``): every slide of a part, every part of a page, then the next stop's page. Type is
+sized for the back of a room.
 """
 
 import threading
@@ -259,9 +260,14 @@ def place(parent: DeltaGenerator | None = None) -> DeltaGenerator:
     return where
 
 
+def holders() -> tuple[DeltaGenerator, ...]:
+    """The containers what is drawn now is inside (Streamlit's ``with`` blocks), innermost last."""
+    return tuple(context_dg_stack.get())
+
+
 def inside_place() -> bool:
     """Whether what is drawn now is inside a place already (a side-by-side column that is a slide of its own)."""
-    return any(holder in _placed for holder in context_dg_stack.get())
+    return any(holder in _placed for holder in holders())
 
 
 @contextmanager

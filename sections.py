@@ -230,7 +230,7 @@ def _export_menu(collected: Collected) -> None:
         reason = export.available()
         for name, fig in collected.figures.items():
             st.markdown(f"**{figures.plain(name)}**")
-            png, svg = st.columns(2)
+            png, svg = st.columns([3, 1])  # the PNG button names its size: "PNG, 2,340 × 1,260 px"
             width, height = export.size(fig)  # the screen's size: the PNG keeps its aspect ratio, at SCALE × its pixels
             png.download_button(f"PNG, {width * export.SCALE} × {height * export.SCALE} px", lambda fig=fig: export.png(fig),
                                 export.file_name(name) + ".png",

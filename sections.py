@@ -215,6 +215,11 @@ def metric(column: DeltaGenerator, label: str, value: str, help: str | None = No
     record(label, value)
 
 
+def export_key(title: str) -> str:
+    """The widget key of the part ``title``'s export menu, whose value is whether it is open."""
+    return f"export {title}"
+
+
 def _export_menu(collected: Collected) -> None:
     """The part's "Export this section" menu, whose contents are drawn once it is opened (opening it reruns the
     page): drawn on every run, its buttons, snippets and the figures they keep alive took a tenth of a class's
@@ -230,7 +235,7 @@ def _export_menu(collected: Collected) -> None:
         reason = export.available()
         for name, fig in collected.figures.items():
             st.markdown(f"**{figures.plain(name)}**")
-            png, svg = st.columns([3, 1])  # the PNG button names its size: "PNG, 2,340 × 1,260 px"
+            png, svg = st.columns([3, 1])  # the PNG button names its size: "PNG, 2340 × 1260 px"
             width, height = export.size(fig)  # the screen's size: the PNG keeps its aspect ratio, at SCALE × its pixels
             png.download_button(f"PNG, {width * export.SCALE} × {height * export.SCALE} px", lambda fig=fig: export.png(fig),
                                 export.file_name(name) + ".png",
@@ -256,11 +261,6 @@ def source(*functions: Callable) -> str:
     """The source of mechlib ``functions``, one after another, for a page's "Under the hood": read once per
     process (``inspect`` tokenises the module's file on every call)."""
     return "\n".join(inspect.getsource(function) for function in functions)
-
-
-def export_key(title: str) -> str:
-    """The widget key of the part ``title``'s export menu, whose value is whether it is open."""
-    return f"export {title}"
 
 
 # ---------------------------------------------------------------------------------------------------------------

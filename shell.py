@@ -244,22 +244,36 @@ def check_line(what: str, check: Check) -> str:
             f"a tolerance of **{check.tolerance:.0e}** · max(1, |reference|) — {verdict(check.passed)}")
 
 
+_took: dict[tuple[str, tuple], float] = {}  # (experiment, model key) -> seconds its last computation took here
+
+
 @st.cache_data(max_entries=256, show_spinner=False)
 def _section(module: str, name: str, key: tuple, _model, args: tuple, _mb: float):
     with MEMORY.hold(_mb, f"{name} on this model"):
-        return getattr(importlib.import_module(module), name)(_model, *args)
+        start = time.perf_counter()
+        result = getattr(importlib.import_module(module), name)(_model, *args)
+        _took[name, key] = time.perf_counter() - start  # a miss only: a cache hit never runs this
+        return result
+
+
+def cost_line(mb: float, seconds: float | None) -> str:
+    """What a computation says while it runs: its memory against the server's budget, and how long the same
+    experiment last took on this model on this server (other settings: another sequence, layer or head)."""
+    took = "" if seconds is None else f"; it took {seconds:,.1f} s on this model last time"
+    return f"Computing: about {mb:,.0f} MB of the server's {budget_mb():,.0f} MB budget{took}…"
 
 
 def section(experiment, key: tuple, model, *args):
     """A page section's result: ``experiment(model, *args)`` from mechlib, cached server-wide on plain values
     (the experiment's name, the model's key from ``current_model``, the arguments); never on the model itself.
-    A computation states its estimate while it runs (``experiment_mb``: its declared cost, else the model's
-    forward) and holds it under the server-wide budget (``MEMORY``); one over the budget, or that finds no room in
-    time, stops the section with the server's message, before it starts."""
+    A computation states its cost while it runs (``cost_line``: the estimate ``experiment_mb``, its declared
+    cost, else the model's forward; and the time it last took on this model) and holds the estimate under the
+    server-wide budget (``MEMORY``); one over the budget, or that finds no room in time, stops the section with
+    the server's message, before it starts."""
     sections.record_call(experiment, key, args)
     mb = experiment_mb(experiment, model, *args)
     try:
-        with st.spinner(f"Computing: about {mb:,.0f} MB of the server's {budget_mb():,.0f} MB budget…"):
+        with st.spinner(cost_line(mb, _took.get((experiment.__name__, key)))):
             return _section(experiment.__module__, experiment.__name__, key, model, args, mb)
     except BudgetError as error:
         st.error(f"{error}.")

@@ -215,6 +215,41 @@ def test_presentation_mode_shows_one_section_in_large_type(browser, server, path
 # Export
 
 
+def test_an_example_prompt_follows_the_class_to_the_next_page(browser, server):
+    """An example prompt picked on one page, then Next past the page's last slide (a link to the lesson's next page,
+    with no prompt of its own): the next page draws the example, and its address holds it, so the page reloaded
+    shows the same. The load script's students, which open a page with an empty address in the same session (no
+    browser does), saw the default prompt drawn there while the session held the example."""
+    context = browser.new_context(viewport=PROJECTOR)
+    page = context.new_page()
+    page.goto(f"{server}/patterns?present=true")
+    page.get_by_text("Link").first.wait_for(timeout=120_000)
+    settle(page)
+    page.get_by_role("button", name="Settings").click()
+    page.locator('input[role=combobox][aria-label="examples whose every token this model knows"]').click()
+    page.locator("[role=option]").nth(1).click()
+    settle(page)
+    example = page.locator('input[aria-label="prompt"]').input_value()
+    for _ in range(30):  # Next through the page's slides to the link to the next page
+        if (link := page.get_by_role("link", name="Next")).count():
+            break
+        page.get_by_role("button", name="Next").click()
+        settle(page)
+    link.click()
+    settle(page)
+    assert "/residual" in page.url and re.search(r"[?&]prompt=", page.url), page.url
+    page.get_by_role("button", name="Settings").click()
+    settle(page)
+    assert page.locator('input[aria-label="prompt"]').input_value() == example
+    page.reload()  # a new session from the address alone
+    page.get_by_text("Link").first.wait_for(timeout=120_000)
+    settle(page)
+    page.get_by_role("button", name="Settings").click()
+    settle(page)
+    assert page.locator('input[aria-label="prompt"]').input_value() == example
+    context.close()
+
+
 def png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     return struct.unpack(">II", data[16:24])

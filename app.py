@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
+import activity
 import mechlib
 import sections
 import slides
@@ -15,7 +16,7 @@ from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
 from mechlib.store import ID_CHARS, STORE, StoreError
 from shell import (add_session_model, clean_url_ints, collect_garbage, freeze_libraries, literal, quoted, select_slider,
-                   session_model, slider, teacher, url_notes, warm_up)
+                   session_id, session_model, slider, teacher, url_notes, warm_up)
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide",
                    initial_sidebar_state="collapsed" if slides.linked_present() else "auto")
@@ -191,9 +192,11 @@ with st.sidebar:
     sidebar()
 slides.chrome(next(page for page in PAGE_FILES if PAGE_FILES[page] is navigation))
 url_notes()
+activity.run_started(session_id())
 try:
     navigation.run()
 finally:  # after the page's widgets, so the URL holds every setting the page drew (a page may stop early)
     slides.finish()
     sections.copy_link(slides.link_place())
     collect_garbage()
+    activity.run_ended(session_id())

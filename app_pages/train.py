@@ -6,6 +6,7 @@ import time
 
 import streamlit as st
 
+import activity
 from mechlib import data, figures, induction, train, workers, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
@@ -120,7 +121,8 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
     try:
         with train.QUEUE.slot(owner, steps, waiting) as held, MEMORY.hold(memory_mb, "this training"):
             clock["start"] = time.monotonic()
-            model, history = workers.run(fn, kwargs, on_progress=evaluated, on_step=step_done)
+            model, history = workers.run(fn, kwargs, on_progress=evaluated, on_step=step_done,
+                                         threads=lambda: activity.training_threads(owner))
             seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
     except train.SessionBusy as error:
         progress.empty()

@@ -10,7 +10,8 @@ step if the caller leaves (a closed tab).
 The pool keeps ``train.QUEUE.limit`` workers, started with "spawn" on first use and kept, so torch is imported
 once per worker, not once per training; if one dies, the next training starts a new pool. The workers and the
 manager watch their server: killed, even with ``kill -9``, they exit within a second, and the resource tracker
-with them.
+with them. A training uses as many threads as its caller says at each moment (``run``'s ``threads``): all the cores
+while the server has nothing else to do, one beside a class.
 """
 
 import multiprocessing
@@ -59,9 +60,7 @@ def _die_with(server: int) -> None:
 
 
 def _start_worker(server: int) -> None:
-    """Once per worker: import torch and mechlib, train on one thread, and yield the CPU to the pages. Beside two
-    students rerunning a page on 2 cores (the same measurement), the preset took 5.0 s on one thread against 38 s
-    on two, whose threads wait on each other while the pages hold the cores. With 25 students on the pages and 5
+    """Once per worker: import torch and mechlib, and yield the CPU to the pages. With 25 students on the pages and 5
     pressing the preset (``bench/classroom_load.py --clients 30 --train 5``), two workers at the pages' priority
     took both cores: the students' p95 rose from 1.4 s to 3.4 s. Niced, a worker still gets the cores the students
     leave idle between their moves."""
@@ -69,7 +68,6 @@ def _start_worker(server: int) -> None:
 
     _die_with(server)
     os.nice(WORKER_NICE)
-    torch.set_num_threads(1)
 
 
 def _ready() -> bool:
@@ -122,44 +120,56 @@ def warm() -> None:
     _pool()
 
 
-def _work(fn: Callable[..., TrainResult], kwargs: dict, messages, cancel) -> tuple[bytes, list[dict[str, float]]]:
-    """In the worker: train, putting every progress report (and every 10th step) on ``messages`` as pickled bytes
-    (so the manager, which only passes them on, never imports torch); stop when ``cancel`` is set. Returns the model
-    as safetensors bytes and the evaluation history."""
+def _work(fn: Callable[..., TrainResult], kwargs: dict, messages, cancel,
+          threads) -> tuple[bytes, list[dict[str, float]]]:
+    """In the worker: train on ``threads.value`` threads, looked at again every 10th step, putting every progress
+    report (and every 10th step) on ``messages`` as pickled bytes (so the manager, which only passes them on, never
+    imports torch); stop when ``cancel`` is set. Returns the model as safetensors bytes and the evaluation history."""
 
     def check(step: int) -> None:
         if cancel.is_set():
             raise Cancelled(f"stopped at step {step}")
 
+    def follow() -> None:
+        if (allowed := threads.value) != torch.get_num_threads():
+            torch.set_num_threads(allowed)
+
     def on_step(step: int) -> None:
         if step % 10 == 0:  # each is a round trip to the manager: ten steps take about 0.15 s
             check(step)
+            follow()
             messages.put(("step", pickle.dumps(step)))
 
     def on_progress(progress: Progress) -> None:
         check(progress.step)
         messages.put(("progress", pickle.dumps(progress)))
 
+    follow()
     result = fn(**kwargs, on_progress=on_progress, on_step=on_step)
     return io.to_bytes(result.model), result.history
 
 
 def run(fn: Callable[..., TrainResult], kwargs: dict, on_progress: Callable[[Progress], None],
-        on_step: Callable[[int], None]) -> tuple[bytes, list[dict[str, float]]]:
+        on_step: Callable[[int], None], threads: Callable[[], int]) -> tuple[bytes, list[dict[str, float]]]:
     """``fn(**kwargs, on_progress=…, on_step=…)`` in a worker process: (the trained model as safetensors bytes, its
     history). ``on_progress(progress)`` and ``on_step(step)`` (every 10th step) run here, in the caller's thread;
-    if either raises, or the caller is stopped, the worker stops within ten steps. Errors in the training (a refused
-    size, say) are raised here; a worker that died raises ``RuntimeError`` and the next training gets a new one."""
+    if either raises, or the caller is stopped, the worker stops within ten steps. ``threads()``, asked here every
+    0.1 s, is how many threads the training may use now; the worker follows within ten steps. A training's weights
+    do not depend on it (``tests/unit/test_workers.py``). Errors in the training (a refused size, say) are raised
+    here; a worker that died raises ``RuntimeError`` and the next training gets a new one."""
     pool, manager = _pool()
     try:
-        messages, cancel = manager.Queue(), manager.Event()
+        wanted = threads()
+        messages, cancel, allowed = manager.Queue(), manager.Event(), manager.Value("i", wanted)
         with _spawning():  # a pool starts a worker on a submit that finds none idle
-            future = pool.submit(_work, fn, kwargs, messages, cancel)
+            future = pool.submit(_work, fn, kwargs, messages, cancel, allowed)
     except (BrokenProcessPool, OSError, EOFError) as error:
         _forget(pool)
         raise RuntimeError("the training processes had stopped; they are restarted: press the button again") from error
     try:
         while True:
+            if (now := threads()) != wanted:
+                allowed.value = wanted = now
             try:
                 kind, value = messages.get(timeout=0.1)
             except queue.Empty:

@@ -15,21 +15,57 @@ from mechlib.device import BudgetError
 CFG = ModelConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=20, n_ctx=24, seed=3)
 DATA = WithRepeats(RandomTokens(20), lengths=(4, 5, 6, 7))
 KWARGS = {"cfg": CFG, "data": DATA, "steps": 40, "seed": 7, "eval_every": 10, "watch": 5}
+THREADS = torch.get_num_threads()  # this process's, as mechlib.device set them
+
+
+def one() -> int:
+    """Threads for a training: one, as beside a class."""
+    return 1
 
 
 def test_a_worker_trains_the_model_a_thread_would_and_relays_every_report():
     reports, steps = [], []
-    model, history = workers.run(train.train, KWARGS, on_progress=reports.append, on_step=steps.append)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the worker trains on one thread; float sums depend on how many split them
-    try:
-        here = train.train(**KWARGS)
-    finally:
-        torch.set_num_threads(threads)
+    model, history = workers.run(train.train, KWARGS, on_progress=reports.append, on_step=steps.append, threads=one)
+    here = train.train(**KWARGS)
     loaded = io.load(model)
     assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), here.model.state_dict().values()))
     assert history == here.history and [p.step for p in reports] == [10, 20, 30, 40] and steps == [10, 20, 30, 40]
     assert reports[-1].patterns.shape == (2, 2, 11, 11)
+
+
+def train_noting_threads(on_progress, on_step, **kwargs) -> train.TrainResult:
+    """``train.train`` in a worker, with the thread count it ran each step on as the history's last row."""
+    seen = []
+
+    def step(number: int) -> None:
+        on_step(number)
+        seen.append(torch.get_num_threads())
+
+    result = train.train(**kwargs, on_progress=on_progress, on_step=step)
+    return train.TrainResult(result.model, [*result.history, {"threads": seen}])
+
+
+def test_a_training_follows_the_threads_it_is_given_and_its_weights_do_not_depend_on_them():
+    """The server gives a training every core while the class is quiet and one beside it, and changes its mind
+    mid-training (``activity.training_threads``); the same seed must give the same model either way. Float sums
+    split over threads could differ: on this torch build the weights are bit for bit the same."""
+    calls = [0]
+
+    def alternating() -> int:  # asked every 0.1 s: one thread, then two, then one…
+        calls[0] += 1
+        return 1 + (calls[0] // 3) % 2
+
+    kwargs = {**KWARGS, "steps": 400, "eval_every": 400}
+    model, history = workers.run(train_noting_threads, kwargs, lambda p: None, lambda step: None, threads=alternating)
+    assert set(history[-1]["threads"]) == {1, 2}, "the worker did not follow the count it was given"
+    torch.set_num_threads(1)
+    try:
+        here = train.train(**kwargs)
+    finally:
+        torch.set_num_threads(THREADS)
+    loaded = io.load(model)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), here.model.state_dict().values()))
+    assert history[:-1] == here.history
 
 
 def test_workers_train_below_the_pages_priority():
@@ -46,9 +82,10 @@ def test_a_caller_that_stops_stops_the_worker_and_the_pool_goes_on():
 
     start = time.monotonic()
     with pytest.raises(Left):
-        workers.run(train.train, {**KWARGS, "steps": 100_000}, on_progress=leave, on_step=lambda step: None)
+        workers.run(train.train, {**KWARGS, "steps": 100_000}, on_progress=leave, on_step=lambda step: None,
+                    threads=one)
     with ThreadPoolExecutor(train.QUEUE.limit) as callers:  # as many trainings as workers: each needs one free
-        runs = [callers.submit(workers.run, train.train, KWARGS, lambda p: None, lambda step: None)
+        runs = [callers.submit(workers.run, train.train, KWARGS, lambda p: None, lambda step: None, one)
                 for _ in range(train.QUEUE.limit)]
         assert [run.result()[1][-1]["step"] for run in runs] == [40] * train.QUEUE.limit
     assert time.monotonic() - start < 60  # 100,000 steps take minutes: the stopped training let its worker go
@@ -70,7 +107,8 @@ def test_new_workers_do_not_run_the_servers_script_again(tmp_path, monkeypatch):
     if "pool" in workers._shared:                                  # new processes, started while the script is __main__
         workers._forget(workers._shared["pool"])
     try:
-        _, history = workers.run(train.train, KWARGS, on_progress=lambda p: None, on_step=lambda step: None)
+        _, history = workers.run(train.train, KWARGS, on_progress=lambda p: None, on_step=lambda step: None,
+                                 threads=one)
         assert history[-1]["step"] == 40 and sys.modules["__main__"] is as_streamlit_leaves_it
         assert not mark.exists()                             # neither the manager nor a worker ran the script
     finally:
@@ -80,7 +118,8 @@ def test_new_workers_do_not_run_the_servers_script_again(tmp_path, monkeypatch):
 def test_errors_in_the_worker_reach_the_caller():
     huge = ModelConfig(n_layers=48, d_model=8192, n_heads=64, d_vocab=200_000, n_ctx=8192)
     with pytest.raises(BudgetError, match="training a model of"):
-        workers.run(train.train, {**KWARGS, "cfg": huge}, on_progress=lambda p: None, on_step=lambda step: None)
+        workers.run(train.train, {**KWARGS, "cfg": huge}, on_progress=lambda p: None, on_step=lambda step: None,
+                    threads=one)
 
 
 SERVER = """
@@ -91,7 +130,7 @@ from mechlib.data import RandomTokens
 
 kwargs = {"cfg": ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=20, n_ctx=16), "data": RandomTokens(20),
           "steps": 10_000_000, "seed": 0, "eval_every": 10_000_000, "watch": 5}
-threading.Thread(target=workers.run, args=(train.train, kwargs, lambda p: None, print), daemon=True).start()
+threading.Thread(target=workers.run, args=(train.train, kwargs, lambda p: None, print, lambda: 1), daemon=True).start()
 time.sleep(600)
 """
 

@@ -1,5 +1,6 @@
 """What every page shares with the app shell: URL-bound widgets, this session's models, the input tokens."""
 
+import functools
 import gc
 import hashlib
 import importlib
@@ -10,14 +11,17 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import streamlit as st
 
 import sections
+import timings
 from mechlib import bigrams, data, zoo
 from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
-from mechlib.device import MEMORY, BudgetError, budget_mb, experiment_mb
+from mechlib.device import MEMORY, BudgetError, experiment_mb
 from mechlib.model import Transformer
 from mechlib.store import STORE, short_id
 
@@ -244,40 +248,61 @@ def check_line(what: str, check: Check) -> str:
             f"a tolerance of **{check.tolerance:.0e}** · max(1, |reference|) — {verdict(check.passed)}")
 
 
-_took: dict[tuple[str, tuple], float] = {}  # (experiment, model key) -> seconds its last computation took here
+def _name(experiment: Callable) -> str:
+    return f"{experiment.__module__}.{experiment.__qualname__}"
+
+
+@contextmanager
+def _computing(name: str, key: tuple | None, mb: float) -> Iterator[None]:
+    """Inside a cached function, so on a cache miss only: hold the estimate under the server-wide budget, and time
+    the computation (``timings``)."""
+    what = name.rsplit(".", 1)[-1] + (" on this model" if key is not None else "")
+    with MEMORY.hold(mb, what), timings.timed(name, key, mb):
+        yield
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def _section(module: str, name: str, key: tuple, _model, args: tuple, _mb: float):
-    with MEMORY.hold(_mb, f"{name} on this model"):
-        start = time.perf_counter()
-        result = getattr(importlib.import_module(module), name)(_model, *args)
-        _took[name, key] = time.perf_counter() - start  # a miss only: a cache hit never runs this
-        return result
-
-
-def cost_line(mb: float, seconds: float | None) -> str:
-    """What a computation says while it runs: its memory against the server's budget, and how long the same
-    experiment last took on this model on this server (other settings: another sequence, layer or head)."""
-    took = "" if seconds is None else f"; it took {seconds:,.1f} s on this model last time"
-    return f"Computing: about {mb:,.0f} MB of the server's {budget_mb():,.0f} MB budget{took}…"
+    with _computing(f"{module}.{name}", key, _mb):
+        return getattr(importlib.import_module(module), name)(_model, *args)
 
 
 def section(experiment, key: tuple, model, *args):
     """A page section's result: ``experiment(model, *args)`` from mechlib, cached server-wide on plain values
     (the experiment's name, the model's key from ``current_model``, the arguments); never on the model itself.
-    A computation states its cost while it runs (``cost_line``: the estimate ``experiment_mb``, its declared
-    cost, else the model's forward; and the time it last took on this model) and holds the estimate under the
-    server-wide budget (``MEMORY``); one over the budget, or that finds no room in time, stops the section with
-    the server's message, before it starts."""
+    A computation states its cost while it runs (``timings.cost_line``: the estimate ``experiment_mb``, its
+    declared cost, else the model's forward; and its expected time) and holds the estimate under the server-wide
+    budget (``MEMORY``); one over the budget, or that finds no room in time, stops the section with the server's
+    message, before it starts."""
     sections.record_call(experiment, key, args)
     mb = experiment_mb(experiment, model, *args)
     try:
-        with st.spinner(cost_line(mb, _took.get((experiment.__name__, key)))):
-            return _section(experiment.__module__, experiment.__name__, key, model, args, mb)
+        with st.spinner(timings.cost_line(mb, timings.expected(_name(experiment), key, mb))):
+            return _section(experiment.__module__, experiment.__qualname__, key, model, args, mb)
     except BudgetError as error:
         st.error(f"{error}.")
         st.stop()
+
+
+def costed(experiment: Callable, max_entries: int) -> Callable:
+    """``experiment`` from mechlib, one that loads or builds its own models from plain arguments (sizes, a seed,
+    tokens), cached server-wide on its arguments (a cache of ``max_entries`` of its own, keyed as
+    ``st.cache_data`` keys the experiment itself), stating its cost while it computes and holding its estimate
+    under the budget as ``section`` does. Over the budget, it raises ``BudgetError`` for the page to say."""
+    name = _name(experiment)
+
+    def compute(*args):
+        with _computing(name, None, experiment_mb(experiment, *args)):
+            return experiment(*args)
+
+    cached = st.cache_data(max_entries=max_entries, show_spinner=False)(functools.update_wrapper(compute, experiment))
+
+    def run(*args):
+        mb = experiment_mb(experiment, *args)
+        with st.spinner(timings.cost_line(mb, timings.expected(name, None, mb))):
+            return cached(*args)
+
+    return run
 
 
 DEFAULT_PROMPT = "the class of an object is its type . the class of an object is"

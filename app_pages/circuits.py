@@ -8,7 +8,7 @@ import streamlit as st
 from mechlib import bigrams, checks, circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
 from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, source, table
-from shell import check_line, current_model, literal, section, select_slider, selectbox, slider, verdict
+from shell import check_line, costed, current_model, literal, section, select_slider, selectbox, slider, verdict
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
 PATH_TOKENS = 8  # random ids the path expansion reads when a model has no tokenizer
@@ -38,15 +38,8 @@ def reading(name: str) -> None:
     st.markdown(f"Reading **{name}**.")
 
 
-@st.cache_data(max_entries=4, show_spinner="Scoring every checkpoint…")
-def checkpoints() -> induction.PhaseChange:
-    return induction.phase_change(PHASE_MODEL)
-
-
-@st.cache_data(max_entries=32)
-def snapshot_at(step: int, seed: int) -> induction.Snapshot:
-    return induction.snapshot(zoo.load_snapshot(PHASE_MODEL, step), seed)
-
+phase_change = costed(induction.phase_change, 4)
+snapshot_at = costed(induction.snapshot_at, 32)
 
 st.title("Circuits")
 prose("This page reads the zoo's attention-only models straight from their weights: what a model with no layers can "
@@ -318,7 +311,7 @@ else:
     def training() -> None:
         prose("The zoo's two-layer model saved during its training: the induction heads form suddenly, and in the same "
               "steps the context starts to help the loss.")
-        every = checkpoints()
+        every = phase_change(PHASE_MODEL)
         (before, after), bins = every.jump, every.bins(JUMP_RANGES)
         rises = np.diff(every.induction)
         i = every.steps.index(before)
@@ -342,7 +335,7 @@ else:
 
     def at_step() -> None:
         step = select_slider("training step", steps, steps[-1], key="c_step")
-        every, snap = checkpoints(), snapshot_at(step, seed)
+        every, snap = phase_change(PHASE_MODEL), snapshot_at(PHASE_MODEL, step, seed)
         (prev_head, prev_score), (ind_head, ind_score) = snap.best_previous, snap.best_induction
         st.markdown(f"At step {step:,}: best previous-token score **{prev_score:.2f}** ({prev_head}), best induction "
                     f"score **{ind_score:.2f}** ({ind_head}), in-context-learning score "

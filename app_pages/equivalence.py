@@ -6,17 +6,11 @@ import streamlit as st
 
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
-from mechlib.device import MEMORY, BudgetError, budget_mb
+from mechlib.device import BudgetError, budget_mb
 from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, source, table
-from shell import check_line, select_slider, slider
+from shell import check_line, costed, select_slider, slider
 
-
-@st.cache_data(max_entries=64, show_spinner="Computing both readings…")
-def compute(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
-            dtype: str, position: int) -> equivalence.EquivalenceResult:
-    with MEMORY.hold(equivalence.peak_mb(batch, seq, d_vocab, d_model, n_heads), "this attention layer"):
-        return equivalence.run(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)
-
+compute = costed(equivalence.run, 64)
 
 st.title("Multi-head attention is a sum over heads")
 prose(

@@ -9,13 +9,13 @@ import streamlit as st
 from mechlib import analogy, checks, copying, figures
 from mechlib.checks import LOSS_TIE, UNK_SHARE_MAX
 from sections import beside, controls, figure, predict, prose, record, show, table
-from shell import check_line, literal, slider
+from shell import check_line, costed, literal, slider
 
 pair = st.cache_data(max_entries=1)(analogy.pair)
-side_by_side = st.cache_data(max_entries=32, show_spinner="Running both models…")(analogy.side_by_side)
-separating_test = st.cache_data(max_entries=16, show_spinner="Running the test…")(analogy.separating_test)
-heldout = st.cache_data(max_entries=1, show_spinner="Reading the held-out text…")(analogy.heldout)
-copying_runs = st.cache_data(max_entries=16, show_spinner="Running the copying task's three models…")(copying.controls)
+side_by_side = costed(analogy.side_by_side, 32)
+separating_test = costed(analogy.separating_test, 16)
+heldout = costed(analogy.heldout, 1)
+copying_runs = costed(copying.controls, 16)
 
 
 def ranking(ranked: analogy.Ranking, what: str, unit: str, losses: dict[str, float]) -> str:

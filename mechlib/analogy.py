@@ -16,7 +16,7 @@ from torch import Tensor
 
 from mechlib import data, induction, loss, lstm, residual, zoo
 from mechlib.checks import LOSS_TIE, Check, compare, model_tolerance
-from mechlib.device import to_numpy
+from mechlib.device import costs, to_numpy
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
@@ -99,6 +99,12 @@ def cell_check(states: dict[str, Tensor], tolerance: float) -> Check:
     return compare(lstm.cell_contributions(states).sum(1), states["L0.cell"][:, -1], tolerance)
 
 
+def _forward_mb(batch: int) -> float:
+    """Both models' weights and the activations of ``batch`` full-length sequences, in MB."""
+    return sum(model.cfg.estimate_mb(batch) for model in _models())
+
+
+@costs(lambda ids: _forward_mb(1))
 @torch.inference_mode()
 def side_by_side(ids: tuple[int, ...]) -> SideBySide:
     """Both models on the same tokens: the LSTM's cell and gates, the transformer's stream, patterns and messages."""
@@ -157,6 +163,7 @@ class SeparatingTest:
     transformer_wins: bool           # the transformer predicts the second occurrence better (not a tie)
 
 
+@costs(lambda length, seed: _forward_mb(TEST_BATCH))
 @torch.inference_mode()
 def separating_test(length: int, seed: int) -> SeparatingTest:
     """Loss at each position of TEST_BATCH repeated random sequences (segment ``length``), for both models."""
@@ -178,6 +185,7 @@ class Heldout:
     text: Ranking
 
 
+@costs(lambda: _forward_mb(loss.HELDOUT_BATCH))
 @torch.inference_mode()
 def heldout() -> Heldout:
     """Both models' next-token loss on the held-out built-in text."""

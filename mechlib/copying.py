@@ -18,7 +18,7 @@ from torch import Tensor
 from mechlib import zoo
 from mechlib.checks import EARLIER_MARGIN, GAP_MIN, NOTHING_MARGIN
 from mechlib.data import Copies
-from mechlib.device import to_numpy
+from mechlib.device import costs, to_numpy
 from mechlib.induction import loss_by_position, previous_token_scores, repeated_sequences, stacked_patterns
 from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
@@ -117,6 +117,7 @@ def compare(models: dict[str, Transformer | LSTM], seed: int) -> Controls:
                     one_layer_earlier=abs(s["one layer"] - earlier) <= EARLIER_MARGIN)
 
 
+@costs(lambda seed: sum(zoo.load(name).cfg.estimate_mb(CONTROL_BATCH) for name in CONTROLS.values()))
 def controls(seed: int) -> Controls:
     """``compare`` on the shipped zoo models of ``CONTROLS``, trained by one recipe for the same number of steps."""
     return compare({role: zoo.load(name) for role, name in CONTROLS.items()}, seed)

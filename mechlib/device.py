@@ -65,18 +65,20 @@ def require_budget(estimate_mb: float, what: str) -> None:
 
 
 def costs(estimate_mb: Callable[..., float]) -> Callable[[Callable], Callable]:
-    """Declare an experiment's memory in MB, from the arguments it is called with (``model, *args``), so that a
-    server holds that under its budget before running it (``experiment_mb``), not only the model's forward."""
+    """Declare an experiment's memory in MB, from the arguments it is called with (``model, *args``, or the sizes
+    and seed of one that builds its own models), so that a server holds that under its budget before running it
+    (``experiment_mb``), not only a model's forward."""
     def declare(experiment: Callable) -> Callable:
         experiment.estimate_mb = estimate_mb
         return experiment
     return declare
 
 
-def experiment_mb(experiment: Callable, model, *args) -> float:
-    """What ``experiment(model, *args)`` will hold: its declared cost (``costs``), else one sequence's forward."""
+def experiment_mb(experiment: Callable, *args) -> float:
+    """What ``experiment(*args)`` will hold: its declared cost (``costs``), else one sequence's forward of the model
+    it is given first."""
     declared = getattr(experiment, "estimate_mb", None)
-    return declared(model, *args) if declared else model.cfg.estimate_mb(batch=1)
+    return declared(*args) if declared else args[0].cfg.estimate_mb(batch=1)
 
 
 WAIT_S = 30.0  # how long a computation waits for room under the budget before it is refused

@@ -20,7 +20,7 @@ from einops import rearrange
 from mechlib import attention
 from mechlib.checks import TOLERANCE, Check, compare, tolerance_for
 from mechlib.config import ModelConfig
-from mechlib.device import DEVICE, budget_mb, median_ms, require_budget, to_numpy
+from mechlib.device import DEVICE, budget_mb, costs, median_ms, require_budget, to_numpy
 
 __all__ = ["SEED_SIZES", "EquivalenceResult", "ElementSum", "steps", "estimate_mb", "lookup_mb", "peak_mb", "run",
            "wo_row_owner", "concatenated_W_O", "wo_block_check", "element", "DIFFERENCES", "difference_bucket",
@@ -176,6 +176,7 @@ def _lookups(d_vocab: int, d_model: int, seed: int, tokens: tuple[tuple[int, ...
     return lookups
 
 
+@costs(lambda batch, seq, d_vocab, d_model, n_heads, *_: peak_mb(batch, seq, d_vocab, d_model, n_heads))
 @torch.inference_mode()
 def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
         dtype: str = "float32", position: int = 0) -> EquivalenceResult:

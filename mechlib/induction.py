@@ -14,7 +14,7 @@ from torch import Tensor
 from mechlib import circuits, zoo
 from mechlib.checks import ABLATION_DROP_MIN, INDUCTION_MIN, PREV_TOKEN_MIN
 from mechlib.config import ModelConfig
-from mechlib.device import to_numpy
+from mechlib.device import costs, to_numpy
 from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
@@ -22,9 +22,10 @@ from mechlib.model import Transformer
 __all__ = ["EVAL_LENGTH", "eval_length", "MIN_LENGTH", "SIZES_NEEDED", "scorable", "repeated_sequences",
            "stacked_patterns", "patterns_on", "previous_token_scores", "induction_scores", "duplicate_token_scores", "second_half_loss",
            "loss_by_position", "mean_ablation", "head_scores", "ablated_induction_scores", "in_context_learning_score", "evaluate", "InductionCircuit", "induction_circuit", "TwoLayers",
-           "two_layers", "Snapshot", "snapshot", "PhaseChange", "phase_change"]
+           "two_layers", "Snapshot", "snapshot", "snapshot_at", "PhaseChange", "phase_change"]
 
 EVAL_LENGTH = 20  # scored at this segment length; training sequences avoid it
+SCORE_BATCH = 32  # repeated random sequences a head's scores are measured on
 ICL_BATCH, ICL_SEED = 16, 7  # repeated sequences the in-context-learning score of a checkpoint is measured on
 
 
@@ -111,7 +112,7 @@ def mean_ablation(model: Transformer, tokens: Tensor, heads: list[tuple[int, int
 
 
 @torch.inference_mode()
-def head_scores(model: Transformer, batch: int = 32, seed: int = 1234,
+def head_scores(model: Transformer, batch: int = SCORE_BATCH, seed: int = 1234,
                 ablate: dict[tuple[int, int], Tensor] | None = None) -> dict[str, Tensor]:
     """Previous-token, duplicate-token and induction scores of every head, [layer head] each, on repeated
     random sequences; ``ablate`` (see ``Transformer.forward``) measures them with some heads knocked out."""
@@ -305,6 +306,12 @@ def snapshot(model: Transformer, seed: int) -> Snapshot:
     return Snapshot(_example_patterns(model, seed), best["prev_token"], best["induction"])
 
 
+@costs(lambda name, step, seed: zoo.load(name).cfg.estimate_mb(SCORE_BATCH))
+def snapshot_at(name: str, step: int, seed: int) -> Snapshot:
+    """``snapshot`` of the zoo model ``name`` as it was at training step ``step`` (one of its shipped checkpoints)."""
+    return snapshot(zoo.load_snapshot(name, step), seed)
+
+
 @dataclass(frozen=True)
 class PhaseChange:
     """A zoo model's shipped checkpoints, scored: when an induction head forms and the context starts to help."""
@@ -333,6 +340,7 @@ class PhaseChange:
         return next(i for i, (first, last) in enumerate(self.bins(n)) if first <= after <= last)
 
 
+@costs(lambda name: zoo.load(name).cfg.estimate_mb(max(SCORE_BATCH, ICL_BATCH)))
 @torch.inference_mode()
 def phase_change(name: str) -> PhaseChange:
     """Score every shipped checkpoint of the zoo model ``name``."""

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from mechlib.data import TextData, builtin_text
 
-__all__ = ["next_token_loss", "heldout_loss"]
+__all__ = ["next_token_loss", "HELDOUT_BATCH", "heldout_loss"]
 
 
 def next_token_loss(logits: Tensor, tokens: Tensor, reduction: str = "mean", mask: Tensor | None = None) -> Tensor:
@@ -26,8 +26,11 @@ def next_token_loss(logits: Tensor, tokens: Tensor, reduction: str = "mean", mas
     return losses.view(tokens.shape[0], -1) if reduction == "none" else losses
 
 
+HELDOUT_BATCH = 32  # windows of held-out text per batch
+
+
 @torch.inference_mode()
-def heldout_loss(model: nn.Module, batches: int = 8, batch_size: int = 32) -> float:
+def heldout_loss(model: nn.Module, batches: int = 8, batch_size: int = HELDOUT_BATCH) -> float:
     """Mean next-token loss (nats) on held-out built-in text, in fixed windows of the model's context."""
     stream = TextData(torch.tensor(model.tokenizer.encode(builtin_text("heldout"))))
     generator, device = torch.Generator().manual_seed(4321), next(model.parameters()).device

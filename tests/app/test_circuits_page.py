@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from mechlib import circuits, glossary, induction, zoo
 from mechlib.checks import Check
 from mechlib.config import ModelConfig
+from mechlib.device import costs
 from mechlib.model import Transformer
 from shell import literal
 from tests.app.helpers import APP, next_part, open_page, open_page_with_model, reveal, shown_checks
@@ -327,8 +328,8 @@ def test_the_phase_change_question_finds_the_jump_in_the_checkpoints_scores(monk
     assert low <= shipped.jump[1] <= high and shipped.jump[1] == shipped.formed_at and answer == "0 to 1,200"
     # the same steps, with the score rising between 4,500 and 4,800 instead
     late = [0.05] * 16 + [0.9] * 5
-    monkeypatch.setattr(induction, "phase_change", lambda name: dataclasses.replace(
-        shipped, induction=late, formed_at=shipped.steps[16]))
+    monkeypatch.setattr(induction, "phase_change", costs(induction.phase_change.estimate_mb)(
+        lambda name: dataclasses.replace(shipped, induction=late, formed_at=shipped.steps[16])))
     st.cache_data.clear()
     moved = reveal(page(section="the phase change"), "jump")[0]
     assert moved == "3,900 to 4,800"  # the bin holding step 4,800, the first checkpoint past the jump

@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from mechlib import equivalence
 from mechlib.checks import Check
+from mechlib.device import costs
 from tests.app.helpers import open_exports, open_page, reveal, shown_checks
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
@@ -101,6 +102,7 @@ def fresh_cache():
     st.cache_data.clear()
 
 
+@costs(equivalence.run.estimate_mb)  # the page states and holds the real run's cost
 def run_with_a_wrong_float64_sum(*args) -> equivalence.EquivalenceResult:
     """The real run, but its float64 readings differ by 3e-7: far past float64's tolerance."""
     result = REAL_RUN(*args)

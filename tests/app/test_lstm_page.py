@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from mechlib import analogy, checks, copying, zoo
 from mechlib.checks import LOSS_TIE, Check
+from mechlib.device import costs
 from tests.app.helpers import APP, next_part, open_page, reveal, shown_checks
 
 TRANSFORMER, LSTM = analogy.NAMES[analogy.TRANSFORMER], analogy.NAMES[analogy.RNN]
@@ -76,14 +77,17 @@ def test_conclusions_read_the_table():
     assert repeat == "transformer (attn-only-2l)" and held_out == "LSTM"  # the shipped models
 
 
-# The page caches each experiment by the function's source, so every stand-in below is its own function.
+# The page caches each experiment by the function's source, so every stand-in below is its own function; each
+# declares the real experiment's cost, which the page states and holds.
 
 
+@costs(analogy.side_by_side.estimate_mb)
 def side_by_side_with_a_wrong_cell(ids):
     """The real experiment, but the cell decomposition misses the final cell state by 0.5."""
     return dataclasses.replace(REAL["side_by_side"](ids), cell_check=Check(0.5, 0.5, 1e-5))
 
 
+@costs(analogy.separating_test.estimate_mb)
 def separating_test_lstm_wins(length, seed):
     """The real test with the second occurrence's losses swapped: the LSTM predicts the repeat better."""
     real = REAL["separating_test"](length, seed)
@@ -93,6 +97,7 @@ def separating_test_lstm_wins(length, seed):
                                transformer_wins=repeat.better == TRANSFORMER and not repeat.tie)
 
 
+@costs(analogy.separating_test.estimate_mb)
 def separating_test_tie(length, seed):
     """The real test with both models' second-occurrence losses within LOSS_TIE of each other."""
     real = REAL["separating_test"](length, seed)
@@ -100,11 +105,13 @@ def separating_test_tie(length, seed):
     return dataclasses.replace(real, second_repeat=second, repeat=analogy.rank(second), transformer_wins=False)
 
 
+@costs(analogy.heldout.estimate_mb)
 def heldout_tie():
     losses = {TRANSFORMER: 1.5, LSTM: 1.5 - LOSS_TIE / 2}
     return analogy.Heldout(losses, analogy.rank(losses))
 
 
+@costs(analogy.heldout.estimate_mb)
 def heldout_transformer_wins():
     losses = {TRANSFORMER: 1.2, LSTM: 1.7}
     return analogy.Heldout(losses, analogy.rank(losses))
@@ -168,6 +175,7 @@ def test_the_start_page_says_this_page_runs_on_its_own_models():
     assert "the model you chose" not in at.markdown[0].value
 
 
+@costs(copying.controls.estimate_mb)
 def controls_in_other_roles(seed):
     """The shipped copying models in other roles (the LSTM where the two-layer model was, and so on): every verdict
     of the controls comes out the other way."""

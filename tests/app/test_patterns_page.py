@@ -6,7 +6,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from mechlib.config import ModelConfig
-from mechlib.device import budget_mb
 from mechlib.model import Transformer
 from tests.app.helpers import open_page, open_page_with_model, reveal, shown_checks
 
@@ -150,15 +149,13 @@ def test_presentation_mode_shows_one_section_and_next_moves_on():
     assert at.session_state["part"] == "Two d_model × d_model matrices per head, each of rank ≤ d_head"
 
 
-def test_a_computation_states_its_memory_and_the_time_it_last_took_on_this_model():
-    """What a section's spinner says: the declared estimate against the budget, and the seconds the experiment's
-    last computation on the page's model took, measured where it ran (a cache hit is not a computation)."""
-    import shell
+def test_a_computation_is_timed_where_it_runs_for_the_next_to_state():
+    """A section's computation on the page's model is timed where it runs (a cache hit is not a computation), so the
+    next one on that model states the time (``timings``, whose own tests check the sentences)."""
+    import timings
 
     page(layer=0, head=1)
-    took = shell._took[("scores", ("zoo", "gelu-2l"))]
-    assert 0 < took < 60
-    budget = f"{budget_mb():,.0f} MB"
-    assert shell.cost_line(12.3, None) == f"Computing: about 12 MB of the server's {budget} budget…"
-    assert shell.cost_line(1_234.0, 2.04) == (f"Computing: about 1,234 MB of the server's {budget} budget; it took "
-                                             "2.0 s on this model last time…")
+    held, took = timings._last[("mechlib.patterns.scores", ("zoo", "gelu-2l"))]
+    assert 0 < took < 60 and held > 0
+    assert timings.expected("mechlib.patterns.scores", ("zoo", "gelu-2l"), held) == (
+        f"it took {took:,.1f} s on this model last time")

@@ -1,0 +1,30 @@
+"""The experiments that load or build their own models (the Equivalence and LSTM pages', the phase change's)
+declare the memory they hold, from the arguments the pages call them with: a server states it and holds it under
+its budget before running them."""
+
+from mechlib import analogy, copying, equivalence, induction, loss, zoo
+from mechlib.device import experiment_mb
+
+
+def both(batch: int) -> float:
+    return sum(zoo.load(name).cfg.estimate_mb(batch) for name in (analogy.RNN, analogy.TRANSFORMER))
+
+
+def test_the_equivalence_run_declares_its_layer_and_its_larger_one_hot_check():
+    assert experiment_mb(equivalence.run, 2, 16, 100, 64, 4, 0, "float32", 3) == equivalence.peak_mb(2, 16, 100, 64, 4)
+    assert experiment_mb(equivalence.run, 8, 128, 50_000, 1024, 8, 0, "float64", 0) > experiment_mb(
+        equivalence.run, 8, 128, 100, 1024, 8, 0, "float64", 0)  # the vocabulary's one-hot check
+
+
+def test_the_lstm_pages_experiments_declare_both_models_at_their_batch():
+    assert experiment_mb(analogy.side_by_side, (1, 2, 3)) == both(1)
+    assert experiment_mb(analogy.separating_test, 5, 0) == both(analogy.TEST_BATCH)
+    assert experiment_mb(analogy.heldout) == both(loss.HELDOUT_BATCH)
+    assert experiment_mb(copying.controls, 0) == sum(zoo.load(name).cfg.estimate_mb(copying.CONTROL_BATCH)
+                                                     for name in copying.CONTROLS.values())
+
+
+def test_the_phase_change_declares_one_checkpoint_at_a_time():
+    cfg = zoo.load("attn-only-2l").cfg
+    assert experiment_mb(induction.phase_change, "attn-only-2l") == cfg.estimate_mb(induction.SCORE_BATCH)
+    assert experiment_mb(induction.snapshot_at, "attn-only-2l", 0, 0) == cfg.estimate_mb(induction.SCORE_BATCH)

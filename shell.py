@@ -253,17 +253,17 @@ def _name(experiment: Callable) -> str:
 
 
 @contextmanager
-def _computing(name: str, key: tuple | None, mb: float) -> Iterator[None]:
-    """Inside a cached function, so on a cache miss only: hold the estimate under the server-wide budget, and time
-    the computation (``timings``)."""
-    what = name.rsplit(".", 1)[-1] + (" on this model" if key is not None else "")
+def _computing(name: str, key: tuple, mb: float, what: str) -> Iterator[None]:
+    """Inside a cached function, so on a cache miss only: hold the estimate under the server-wide budget (``what``
+    names the computation in a refusal), and time the computation (``timings``; ``key``: the model's, or the
+    arguments of an experiment that builds its own)."""
     with MEMORY.hold(mb, what), timings.timed(name, key, mb):
         yield
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def _section(module: str, name: str, key: tuple, _model, args: tuple, _mb: float):
-    with _computing(f"{module}.{name}", key, _mb):
+    with _computing(f"{module}.{name}", key, _mb, f"{name} on this model"):
         return getattr(importlib.import_module(module), name)(_model, *args)
 
 
@@ -292,7 +292,7 @@ def costed(experiment: Callable, max_entries: int) -> Callable:
     name = _name(experiment)
 
     def compute(*args):
-        with _computing(name, None, experiment_mb(experiment, *args)):
+        with _computing(name, args, experiment_mb(experiment, *args), experiment.__name__):
             return experiment(*args)
 
     cached = st.cache_data(max_entries=max_entries, show_spinner=False)(functools.update_wrapper(compute, experiment))

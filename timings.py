@@ -13,13 +13,13 @@ from mechlib.device import budget_mb
 KEPT = 512  # computations remembered, server-wide; the oldest is forgotten first
 
 _lock = threading.Lock()
-_last: OrderedDict[tuple[str, tuple | None], tuple[float, float]] = OrderedDict()  # (experiment, key) -> (MB, s)
+_last: OrderedDict[tuple[str, tuple], tuple[float, float]] = OrderedDict()  # (experiment, key) -> (MB, s)
 
 
 @contextmanager
-def timed(experiment: str, key: tuple | None, mb: float) -> Iterator[None]:
-    """Remember how long the block took: a computation of ``experiment`` on the model ``key`` (None: an experiment
-    that loads or builds its own models) whose memory estimate was ``mb``."""
+def timed(experiment: str, key: tuple, mb: float) -> Iterator[None]:
+    """Remember how long the block took: a computation of ``experiment`` on the model ``key`` (for an experiment
+    that loads or builds its own models, its arguments) whose memory estimate was ``mb``."""
     start = time.perf_counter()
     yield
     with _lock:
@@ -29,16 +29,18 @@ def timed(experiment: str, key: tuple | None, mb: float) -> Iterator[None]:
             _last.popitem(last=False)
 
 
-def expected(experiment: str, key: tuple | None, mb: float) -> str | None:
-    """How long ``experiment`` should take, and from what: its last computation on this model, else the median
-    seconds per estimated MB of its other computations here times ``mb``; None before its first one here."""
+def expected(experiment: str, model: tuple | None, mb: float) -> str | None:
+    """How long ``experiment`` should take, and from what: its last computation on the model ``model`` (None: an
+    experiment that builds its own), else the median seconds per estimated MB of its other computations here
+    times ``mb``; None before its first one here."""
     with _lock:
-        if key is not None and (experiment, key) in _last:
-            return f"it took {_last[experiment, key][1]:,.1f} s on this model last time"
+        if model is not None and (experiment, model) in _last:
+            return f"it took {_last[experiment, model][1]:,.1f} s on this model last time"
         rates = [seconds / held for (name, _), (held, seconds) in _last.items() if name == experiment and held > 0]
     if not rates:
         return None
-    return f"about {statistics.median(rates) * mb:,.1f} s, from its last {len(rates)} run{'s' * (len(rates) > 1)} here"
+    runs = "its last run" if len(rates) == 1 else f"its last {len(rates)} runs"
+    return f"about {statistics.median(rates) * mb:,.1f} s, from {runs} here"
 
 
 def cost_line(mb: float, expectation: str | None) -> str:

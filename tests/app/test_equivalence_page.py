@@ -278,3 +278,15 @@ def test_presentation_mode_shows_one_section_and_next_moves_on():
     assert any(e.label == "Notes" for e in at.expander)  # the prose folds away
     next(b for b in at.button if b.label == "Next").click().run()
     assert not at.exception and [s.value for s in at.subheader] == ["Both readings on the same weights"]
+
+
+def test_each_size_of_the_run_is_timed_so_the_next_size_states_its_time(app):
+    """The run builds its own layer: it is timed under its arguments, so runs at other sizes add up to the rate
+    that scales the next one's expected time (``timings``)."""
+    import timings
+
+    app.slider(key="S").set_value(40).run()
+    app.slider(key="S").set_value(60).run()
+    timed = [key for name, key in timings._last if name == "mechlib.equivalence.run"]
+    assert {key[1] for key in timed} >= {20, 40, 60}  # (batch, seq, …): three sequence lengths, three entries
+    assert timings.expected("mechlib.equivalence.run", None, 100.0).endswith(f"from its last {len(timed)} runs here")

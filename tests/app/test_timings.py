@@ -31,6 +31,8 @@ def test_another_model_is_scaled_by_memory_with_the_median_rate():
     remember("other", ("zoo", "d"), 1.0, 100.0)
     assert timings.expected("fit", ("zoo", "new"), 50.0) == "about 10.0 s, from its last 3 runs here"
     assert timings.expected("fit", None, 5.0) == "about 1.0 s, from its last 3 runs here"
+    remember("run", (1, 16, 100), 10.0, 1.0)  # an experiment that builds its own models: keyed by its arguments
+    assert timings.expected("run", None, 30.0) == "about 3.0 s, from its last run here"
 
 
 def test_before_its_first_run_its_time_is_not_known_and_the_line_says_so():

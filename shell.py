@@ -284,15 +284,16 @@ def section(experiment, key: tuple, model, *args):
         st.stop()
 
 
-def costed(experiment: Callable, max_entries: int) -> Callable:
+def costed(experiment: Callable, max_entries: int, what: str) -> Callable:
     """``experiment`` from mechlib, one that loads or builds its own models from plain arguments (sizes, a seed,
     tokens), cached server-wide on its arguments (a cache of ``max_entries`` of its own, keyed as
     ``st.cache_data`` keys the experiment itself), stating its cost while it computes and holding its estimate
-    under the budget as ``section`` does. Over the budget, it raises ``BudgetError`` for the page to say."""
+    under the budget as ``section`` does. Over the budget, it raises ``BudgetError`` for the page to say, naming
+    the computation ``what``."""
     name = _name(experiment)
 
     def compute(*args):
-        with _computing(name, args, experiment_mb(experiment, *args), experiment.__name__):
+        with _computing(name, args, experiment_mb(experiment, *args), what):
             return experiment(*args)
 
     cached = st.cache_data(max_entries=max_entries, show_spinner=False)(functools.update_wrapper(compute, experiment))

@@ -38,8 +38,8 @@ def reading(name: str) -> None:
     st.markdown(f"Reading **{name}**.")
 
 
-phase_change = costed(induction.phase_change, 4)
-snapshot_at = costed(induction.snapshot_at, 32)
+phase_change = costed(induction.phase_change, 4, "scoring every checkpoint")
+snapshot_at = costed(induction.snapshot_at, 32, "this checkpoint's heads")
 
 st.title("Circuits")
 prose("This page reads the zoo's attention-only models straight from their weights: what a model with no layers can "

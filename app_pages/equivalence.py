@@ -10,7 +10,7 @@ from mechlib.device import BudgetError, budget_mb
 from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, source, table
 from shell import check_line, costed, select_slider, slider
 
-compute = costed(equivalence.run, 64)
+compute = costed(equivalence.run, 64, "this attention layer")
 
 st.title("Multi-head attention is a sum over heads")
 prose(

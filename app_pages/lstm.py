@@ -12,10 +12,10 @@ from sections import beside, controls, figure, predict, prose, record, show, tab
 from shell import check_line, costed, literal, slider
 
 pair = st.cache_data(max_entries=1)(analogy.pair)
-side_by_side = costed(analogy.side_by_side, 32)
-separating_test = costed(analogy.separating_test, 16)
-heldout = costed(analogy.heldout, 1)
-copying_runs = costed(copying.controls, 16)
+side_by_side = costed(analogy.side_by_side, 32, "both models on these tokens")
+separating_test = costed(analogy.separating_test, 16, "the separating test")
+heldout = costed(analogy.heldout, 1, "both models on the held-out text")
+copying_runs = costed(copying.controls, 16, "the copying task's three models")
 
 
 def ranking(ranked: analogy.Ranking, what: str, unit: str, losses: dict[str, float]) -> str:

@@ -290,3 +290,11 @@ def test_each_size_of_the_run_is_timed_so_the_next_size_states_its_time(app):
     timed = [key for name, key in timings._last if name == "mechlib.equivalence.run"]
     assert {key[1] for key in timed} >= {20, 40, 60}  # (batch, seq, …): three sequence lengths, three entries
     assert timings.expected("mechlib.equivalence.run", None, 100.0).endswith(f"from its last {len(timed)} runs here")
+
+
+def test_a_run_over_the_budget_is_refused_before_it_starts_naming_the_layer(monkeypatch, fresh_cache):
+    monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "50")  # the seed sizes' W_E alone is 102 MB
+    at = open_page("app_pages/equivalence.py")
+    assert [e.value for e in at.error] == [
+        f"this attention layer would need about {equivalence.peak_mb(1, 20, 50_000, 512, 8):,.0f} MB, above this "
+        "server's budget of 50 MB per request; choose smaller sizes"]

@@ -8,6 +8,7 @@ import streamlit as st
 
 import activity
 import mechlib
+from classroom import pages
 import sections
 import slides
 from mechlib import zoo
@@ -22,21 +23,8 @@ st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circ
                    initial_sidebar_state="collapsed" if slides.linked_present() else "auto")
 
 DEFAULT_MODEL = "gelu-2l"  # MLPs and LayerNorm: every kind of term shows on the residual-stream page
-PAGE_FILES = {  # file (as the lesson path names it) -> its page; one URL path per page
-    "app_pages/home.py": st.Page("app_pages/home.py", title="Start here", icon=":material/home:", default=True),
-    "app_pages/equivalence.py": st.Page("app_pages/equivalence.py", title="Equivalence: heads add up",
-                                        icon=":material/functions:", url_path="equivalence"),
-    "app_pages/patterns.py": st.Page("app_pages/patterns.py", title="Patterns and messages", icon=":material/grid_on:",
-                                     url_path="patterns"),
-    "app_pages/residual.py": st.Page("app_pages/residual.py", title="The residual stream",
-                                     icon=":material/stacked_line_chart:", url_path="residual"),
-    "app_pages/circuits.py": st.Page("app_pages/circuits.py", title="Circuits", icon=":material/account_tree:",
-                                     url_path="circuits"),
-    "app_pages/lstm.py": st.Page("app_pages/lstm.py", title="The LSTM analogy", icon=":material/memory_alt:",
-                                 url_path="lstm"),
-    "app_pages/train.py": st.Page("app_pages/train.py", title="Train a model", icon=":material/model_training:",
-                                  url_path="train"),
-}
+PAGE_FILES = {page.file: st.Page(page.file, title=page.title, icon=page.icon, url_path=page.url_path or None,
+                                  default=page is pages.HOME) for page in pages.PAGES}  # one URL path per page
 LINKED = re.compile(r"(?P<kind>trained|uploaded) (?P<id>[a-z2-7]{%d})(: |$)" % ID_CHARS)  # a stored model's label
 URL_INTS = {"seed": (0, 2**31 - 1), "layers": (0, 4), "vocab": (2, 50_000), "ctx": (1, 2_048)}  # the sidebar's bounds
 

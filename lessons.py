@@ -4,6 +4,8 @@
 
 from dataclasses import dataclass
 
+from classroom.pages import CIRCUITS, CIRCUITS_PART, EQUIVALENCE, LSTM, PATTERNS, RESIDUAL, TRAIN
+
 READINGS = {
     "000": "Transformers (and attention) are just fancy addition machines",
     "001": "Transformers and attention mechanisms can be viewed as additive processes (a summary of 000)",
@@ -26,24 +28,24 @@ class Step:
 
 
 STEPS = (
-    Step("Multi-head attention as a sum", ("000", "001"), "app_pages/equivalence.py", ({},), 10, 20,
+    Step("Multi-head attention as a sum", ("000", "001"), EQUIVALENCE.file, ({},), 10, 20,
          "Predict whether concat-then-project and the per-head sum differ in float32, then split one output "
          "element into its per-head partial sums."),
-    Step("Patterns and messages", ("002",), "app_pages/patterns.py", ({},), 10, 20,
+    Step("Patterns and messages", ("002",), PATTERNS.file, ({},), 10, 20,
          "Predict where a position looks and the rank of W_OV; check that only the products W_QK and W_OV matter."),
-    Step("The residual stream", ("002", "003"), "app_pages/residual.py", ({},), 10, 20,
+    Step("The residual stream", ("002", "003"), RESIDUAL.file, ({},), 10, 20,
          "Read the ledger that adds up to the final residual, then the logit lens and direct logit attribution."),
-    Step("Zero- and one-layer circuits", ("003",), "app_pages/circuits.py",
-         ({"section": "zero layers"}, {"section": "one layer"}), 5, 15,
+    Step("Zero- and one-layer circuits", ("003",), CIRCUITS.file,
+         ({CIRCUITS_PART: "zero layers"}, {CIRCUITS_PART: "one layer"}), 5, 15,
          "The bigram table W_E W_U; skip-trigrams and copying heads from their OV eigenvalues."),
-    Step("Two-layer circuits: composition and induction", ("003",), "app_pages/circuits.py",
-         ({"section": "two layers"},), 10, 15,
+    Step("Two-layer circuits: composition and induction", ("003",), CIRCUITS.file,
+         ({CIRCUITS_PART: "two layers"},), 10, 15,
          "Find the previous-token head, predict which head an ablation breaks, read K-composition."),
-    Step("Induction heads forming", ("003",), "app_pages/circuits.py", ({"section": "the phase change"},), 5, 10,
+    Step("Induction heads forming", ("003",), CIRCUITS.file, ({CIRCUITS_PART: "the phase change"},), 5, 10,
          "Scrub through training checkpoints to the phase change; then train one live on the Train page."),
-    Step("Train one yourself", ("003",), "app_pages/train.py", ({},), 0, 10,
+    Step("Train one yourself", ("003",), TRAIN.file, ({},), 0, 10,
          "Each group trains the induction preset and shares its link with the class."),
-    Step("The LSTM analogy", ("002",), "app_pages/lstm.py", ({},), 0, 10,
+    Step("The LSTM analogy", ("002",), LSTM.file, ({},), 0, 10,
          "Cell state beside residual stream, gates beside patterns and messages, and the test that separates them."),
 )
 

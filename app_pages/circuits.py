@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom import pages
 from mechlib import bigrams, checks, circuits, data, figures, induction, zoo
 from mechlib.device import budget_mb
 from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, source, table
@@ -19,9 +20,9 @@ NONE = "none of them"
 def section_model(zoo_name: str, fits, why: str) -> tuple[tuple, object, str]:
     """(cache key, model, name as Markdown) of the section's model: the zoo's, or the sidebar's when ``fits(model)``."""
     with controls():
-        choice = st.radio("model for this section", [f"zoo: {zoo_name}", "the sidebar's model"], index=0,
-                          key=f"c_model_{zoo_name}", bind="query-params", horizontal=True)
-    if choice == "the sidebar's model":
+        choice = st.radio("model for this section", [f"zoo: {zoo_name}", pages.SIDEBARS_MODEL], index=0,
+                          key=pages.circuits_model_key(zoo_name), bind="query-params", horizontal=True)
+    if choice == pages.SIDEBARS_MODEL:
         key, model = current_model()
         if fits(model):
             if model.tokenizer is None:
@@ -46,8 +47,8 @@ prose("This page reads the zoo's attention-only models straight from their weigh
       "know, what one layer of heads adds, and how two layers build an induction head. Each section starts on the zoo "
       "model it names; switch it to the sidebar's model where that fits.")
 with controls():
-    chosen = st.radio("section", ["zero layers", "one layer", "two layers", "the phase change"], index=0,
-                      key="section", bind="query-params", horizontal=True)
+    chosen = st.radio("section", pages.CIRCUITS_PARTS, index=0, key=pages.CIRCUITS_PART, bind="query-params",
+                      horizontal=True)
 seed = st.session_state["seed"]
 
 if chosen == "zero layers":

@@ -7,6 +7,7 @@ import time
 import streamlit as st
 
 import activity
+from classroom import pages
 from mechlib import data, figures, induction, train, workers, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
@@ -145,7 +146,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
     st.session_state["last_trained"] = {"label": label, "history": history, "seconds": seconds, "last": reports[-1],
                                         "length": length, "preset": preset, "circuit": circuit, "code": code}
     if preset:  # the Circuits page's two-layer section opens on this model (the sidebar selects it)
-        st.session_state["c_model_attn-only-2l"] = "the sidebar's model"
+        st.session_state[pages.circuits_model_key("attn-only-2l")] = pages.SIDEBARS_MODEL
     st.rerun()
 
 
@@ -277,8 +278,8 @@ def trained_last() -> None:
                  + "; ".join(c.missing) + ".")
         (st.success if c.found else st.warning)(stopped + found + " It is in the sidebar's model list for this session.")
         if c.found:
-            st.page_link("app_pages/circuits.py", label="Read its circuit on the Circuits page (two layers)",
-                         query_params={"section": "two layers"}, icon=":material/arrow_forward:")
+            st.page_link(pages.CIRCUITS.file, label="Read its circuit on the Circuits page (two layers)",
+                         query_params={pages.CIRCUITS_PART: "two layers"}, icon=":material/arrow_forward:")
     else:
         st.success(f"Final loss {final['loss']:.3f} nats/token, second-repeat loss {final['repeat_loss']:.3f}"
                    f"{' · ' + scores if scores else ''}. Training took {last['seconds']:.1f} s here "

@@ -1,0 +1,1 @@
+"""What only the app uses, apart from ``mechlib`` (the notebook library)."""

@@ -1,0 +1,57 @@
+"""Every page of the app, once: its file, title, icon and URL path, and what it teaches and runs on. Navigation
+(``app.py``), the start page, the lesson path and every page link read it; so do the URL keys one page sets on
+another (the Circuits page's part, and which model each of its parts reads)."""
+
+from dataclasses import dataclass
+
+from mechlib import analogy, copying
+
+
+@dataclass(frozen=True)
+class Page:
+    file: str      # as st.Page and st.page_link take it
+    title: str
+    icon: str
+    url_path: str  # the page's own path in the address; "" for the start page, at /
+    teaches: str   # the start page's line on it
+    runs_on: str   # which model it computes on
+
+
+SIDEBAR = "Runs on the model chosen in the sidebar."
+
+HOME = Page("app_pages/home.py", "Start here", ":material/home:", "", "", "")
+EQUIVALENCE = Page(
+    "app_pages/equivalence.py", "Equivalence: heads add up", ":material/functions:", "equivalence",
+    "multi-head attention's concat-then-project is a sum of per-head terms",
+    "Runs on its own random attention layer, sized by the page's sliders and drawn from the sidebar's seed; the "
+    "sidebar's model is not used.")
+PATTERNS = Page(
+    "app_pages/patterns.py", "Patterns and messages", ":material/grid_on:", "patterns",
+    "a head is a pattern (W_QK: where to look) times messages (W_OV: what moves)", SIDEBAR)
+RESIDUAL = Page(
+    "app_pages/residual.py", "The residual stream", ":material/stacked_line_chart:", "residual",
+    "every component reads the residual stream and adds to it; the logit lens and direct logit attribution", SIDEBAR)
+CIRCUITS = Page(
+    "app_pages/circuits.py", "Circuits", ":material/account_tree:", "circuits",
+    "zero-, one- and two-layer circuits, induction heads and how they form in training",
+    "Runs on a zoo model per section, or on the sidebar's model where it fits that section.")
+LSTM = Page(
+    "app_pages/lstm.py", "The LSTM analogy", ":material/memory_alt:", "lstm",
+    "the LSTM analogy: cell state and residual stream, gates and patterns, and where it breaks",
+    f"Runs on two zoo models trained on the same data, `{analogy.RNN}` and `{analogy.TRANSFORMER}`, and on the "
+    f"copying task's {', '.join(f'`{name}`' for name in copying.CONTROLS.values())}; the sidebar's model is not used.")
+TRAIN = Page(
+    "app_pages/train.py", "Train a model", ":material/model_training:", "train",
+    "train a small transformer here and study it on the other pages",
+    "Trains a new model, one click for an induction head drawn as it forms; its link works for the whole class.")
+
+PAGES = (HOME, EQUIVALENCE, PATTERNS, RESIDUAL, CIRCUITS, LSTM, TRAIN)  # in the navigation's order
+
+CIRCUITS_PART = "section"  # the Circuits page's URL key for its part
+CIRCUITS_PARTS = ("zero layers", "one layer", "two layers", "the phase change")
+SIDEBARS_MODEL = "the sidebar's model"  # a Circuits part's model choice, beside its zoo model
+
+
+def circuits_model_key(zoo_name: str) -> str:
+    """The URL key of the Circuits part that reads the zoo model ``zoo_name`` by default: which model it reads."""
+    return f"c_model_{zoo_name}"

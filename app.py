@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-import activity
+from classroom import activity
 import mechlib
 from classroom import pages
 import sections
@@ -15,7 +15,7 @@ from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import BudgetError, budget_mb, device_label, require_budget
 from mechlib.io import MAX_BYTES, CheckpointError
-from mechlib.store import ID_CHARS, STORE, StoreError
+from classroom.store import ID_CHARS, STORE, StoreError
 from shell import (add_session_model, clean_url_ints, collect_garbage, freeze_libraries, literal, quoted, select_slider,
                    session_id, session_model, slider, teacher, url_notes, warm_up)
 

@@ -19,7 +19,8 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 import slides
-from mechlib import export, figures, glossary
+from classroom import glossary
+from mechlib import export, figures
 from slides import controls, presenting, reading
 
 

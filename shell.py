@@ -17,13 +17,13 @@ from contextlib import contextmanager
 import streamlit as st
 
 import sections
-import timings
+from classroom import timings
 from mechlib import bigrams, data, zoo
 from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
 from mechlib.device import MEMORY, BudgetError, experiment_mb
 from mechlib.model import Transformer
-from mechlib.store import STORE, short_id
+from classroom.store import STORE, short_id
 
 
 _frozen_modules = [0]  # len(sys.modules) at the last gc.freeze(), process-wide

@@ -17,7 +17,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.delta_generator_singletons import context_dg_stack
 
-import lessons
+from classroom import lessons
 
 PRESENT = "present"  # the URL's ?present=true (or =1) and the toggle's key
 READ = "read"        # the URL's ?read=true: reading mode, every answer drawn at once

@@ -3,7 +3,7 @@ minutes for a 50-minute class and a two-hour lab, one link per page, and what mo
 
 import streamlit as st
 
-import lessons
+from classroom import lessons
 from classroom import pages
 from sections import presenting, prose
 

@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-import activity
+from classroom import activity
 from classroom import pages
 from mechlib import data, figures, induction, train, workers, zoo
 from mechlib.checks import PREV_TOKEN_MIN

@@ -5,7 +5,7 @@ import types
 import pytest
 import torch
 
-import activity
+from classroom import activity
 
 
 @pytest.fixture(autouse=True)

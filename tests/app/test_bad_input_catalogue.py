@@ -26,7 +26,7 @@ from streamlit.testing.v1 import AppTest
 from mechlib import io, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
-from mechlib.store import short_id
+from classroom.store import short_id
 from tests.app.helpers import APP
 
 CFG = ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=4)

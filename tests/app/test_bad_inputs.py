@@ -8,7 +8,7 @@ from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
-from mechlib.store import STORE, short_id
+from classroom.store import STORE, short_id
 from shell import literal
 from tests.app.helpers import APP, shown_checks
 

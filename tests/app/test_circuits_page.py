@@ -8,7 +8,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from mechlib import circuits, glossary, induction, zoo
+from classroom import glossary
+from mechlib import circuits, induction, zoo
 from mechlib.checks import Check
 from mechlib.config import ModelConfig
 from mechlib.device import costs

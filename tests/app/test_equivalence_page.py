@@ -283,7 +283,7 @@ def test_presentation_mode_shows_one_section_and_next_moves_on():
 def test_each_size_of_the_run_is_timed_so_the_next_size_states_its_time(app):
     """The run builds its own layer: it is timed under its arguments, so runs at other sizes add up to the rate
     that scales the next one's expected time (``timings``)."""
-    import timings
+    from classroom import timings
 
     app.slider(key="S").set_value(40).run()
     app.slider(key="S").set_value(60).run()

@@ -4,7 +4,7 @@ mode a title slide whose Next opens the lesson."""
 import pytest
 
 from tests.app.helpers import open_page
-import lessons
+from classroom import lessons
 
 
 def links(at) -> list[tuple[str, str, str]]:

@@ -3,7 +3,7 @@ page's links and the Circuits page's keys come from it."""
 
 from pathlib import Path
 
-import lessons
+from classroom import lessons
 from classroom import pages
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -152,7 +152,7 @@ def test_presentation_mode_shows_one_section_and_next_moves_on():
 def test_a_computation_is_timed_where_it_runs_for_the_next_to_state():
     """A section's computation on the page's model is timed where it runs (a cache hit is not a computation), so the
     next one on that model states the time (``timings``, whose own tests check the sentences)."""
-    import timings
+    from classroom import timings
 
     page(layer=0, head=1)
     held, took = timings._last[("mechlib.patterns.scores", ("zoo", "gelu-2l"))]

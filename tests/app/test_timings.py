@@ -5,7 +5,7 @@ from collections import OrderedDict
 
 import pytest
 
-import timings
+from classroom import timings
 from mechlib.device import budget_mb
 
 

@@ -1,8 +1,8 @@
-"""Glossary tooltips (mechlib.glossary's terms, drawn by sections.with_tooltips): the first occurrence of a term becomes an <abbr>, code and maths are left alone."""
+"""Glossary tooltips (classroom.glossary's terms, drawn by sections.with_tooltips): the first occurrence of a term becomes an <abbr>, code and maths are left alone."""
 
 import html
 
-from mechlib.glossary import TERMS
+from classroom.glossary import TERMS
 from sections import with_tooltips
 
 
@@ -27,7 +27,7 @@ def test_no_term_is_defined_twice():
     import ast
     import inspect
 
-    from mechlib import glossary
+    from classroom import glossary
 
     literal = next(node for node in ast.walk(ast.parse(inspect.getsource(glossary))) if isinstance(node, ast.Dict))
     keys = [key.value for key in literal.keys]

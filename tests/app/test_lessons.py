@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-import lessons
+from classroom import lessons
 
 ROOT = Path(__file__).resolve().parents[2]
 

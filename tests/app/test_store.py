@@ -6,7 +6,7 @@ from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.io import CheckpointError
 from mechlib.model import Transformer
-from mechlib.store import ID_CHARS, CheckpointStore, StoreError, short_id
+from classroom.store import ID_CHARS, CheckpointStore, StoreError, short_id
 
 
 def checkpoint(seed: int) -> bytes:
@@ -90,7 +90,7 @@ def test_one_session_filling_the_store_pushes_out_only_its_own_checkpoints():
 def test_ids_are_80_bits_and_a_colliding_id_keeps_the_first_model_and_refuses_the_second(monkeypatch):
     assert ID_CHARS * 5 >= 80  # base32: 5 bits a letter
     store, first, second = CheckpointStore(), checkpoint(0), checkpoint(1)
-    monkeypatch.setattr("mechlib.store.short_id", lambda data: "same" * 4)  # as a birthday search would find
+    monkeypatch.setattr("classroom.store.short_id", lambda data: "same" * 4)  # as a birthday search would find
     store.put("uploaded", "first", first, "student a")
     with pytest.raises(CheckpointError, match="^another checkpoint is kept under this one's id samesamesamesame"):
         store.put("uploaded", "second", second, "student b")
@@ -116,7 +116,7 @@ def test_a_pinned_checkpoint_outlives_every_bound():
 
 
 def test_pins_are_bounded_the_oldest_released_first():
-    from mechlib.store import MAX_PINNED
+    from classroom.store import MAX_PINNED
 
     store = CheckpointStore()
     keys = [short_id(store.put("trained", str(seed), checkpoint(seed), f"teacher {seed}").data)

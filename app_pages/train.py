@@ -6,9 +6,8 @@ import time
 
 import streamlit as st
 
-from classroom import activity
-from classroom import pages
-from mechlib import data, figures, induction, train, workers, zoo
+from classroom import activity, pages, training_queue, workers
+from mechlib import data, figures, induction, train, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import MEMORY, BudgetError, require_budget
@@ -79,7 +78,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
     this session, with ``code``, the Python that trains it again. The figures are built once and updated in place
     (``figures.LiveTraining``). While it waits, the page shows its place in the queue and the measured wait; while it
     runs, the time left at its own rate; a second press while this session's training still runs or waits is refused
-    (``train.QUEUE``: one per session)."""
+    (``training_queue.QUEUE``: one per session)."""
     progress = st.progress(0.0, text="Waiting for a free training slot…")
     heads_box, curves_box = (column.empty() for column in st.columns(2))
     history, live, reports = [], [], []
@@ -88,7 +87,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
 
     def timing(step: int) -> str:
         elapsed = time.monotonic() - clock["start"]
-        most, expected = train.seconds_left(step, steps, elapsed), train.expected_seconds_left(step, steps, elapsed, usual)
+        most, expected = training_queue.seconds_left(step, steps, elapsed), training_queue.expected_seconds_left(step, steps, elapsed, usual)
         left = (f"about {most:.0f} s left" if usual is None else
                 f"usually stops near step {usual:,}: about {expected:.0f} s left, at most {most:.0f} s"
                 if expected is not None else f"past step {usual:,}, where it usually stops: at most {most:.0f} s left")
@@ -98,7 +97,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
         eta = ("no training has finished on this server yet to estimate the wait" if wait_s is None
                else f"about {wait_s:.0f} s until a slot frees, from the trainings measured here")
         progress.progress(0.0, text=f"Waiting for a free training slot: position {position} in the queue "
-                                    f"({train.QUEUE.running} of {train.QUEUE.limit} running) · {eta}")
+                                    f"({training_queue.QUEUE.running} of {training_queue.QUEUE.limit} running) · {eta}")
 
     def step_done(step: int) -> None:
         """At most twice a second; any Streamlit call is where a rerun or a closed tab stops the training."""
@@ -120,12 +119,12 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
 
     owner = session_id()
     try:
-        with train.QUEUE.slot(owner, steps, waiting) as held, MEMORY.hold(memory_mb, "this training"):
+        with training_queue.QUEUE.slot(owner, steps, waiting) as held, MEMORY.hold(memory_mb, "this training"):
             clock["start"] = time.monotonic()
             model, history = workers.run(fn, kwargs, on_progress=evaluated, on_step=step_done,
                                          threads=lambda: activity.training_threads(owner))
             seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
-    except train.SessionBusy as error:
+    except training_queue.SessionBusy as error:
         progress.empty()
         st.warning(f"Not started: {error}. Any press or change on this page stops the earlier one at its next step; "
                    "press the button again then.")
@@ -163,8 +162,8 @@ if task == PRESET.name:
         f"once the best induction score reaches {PRESET.induction_target} beside a previous-token head ≥ "
         f"{PREV_TOKEN_MIN}, or after {PRESET.steps:,} steps.")
     st.caption(f"{PRESET.cfg.n_params():,} parameters · batches of {PRESET.batch_size} × {PRESET.cfg.n_ctx} tokens · "
-               f"lr {PRESET.lr:g} · seed {seed} (sidebar) · at most {train.QUEUE.limit} trainings run at once on this "
-               f"server, {train.QUEUE.running} running now")
+               f"lr {PRESET.lr:g} · seed {seed} (sidebar) · at most {training_queue.QUEUE.limit} trainings run at once on this "
+               f"server, {training_queue.QUEUE.running} running now")
     guess = ask("bar", bar_question(PRESET.steps), ["yes", "no"])
     if st.button("Watch an induction head form", type="primary", icon=":material/play_arrow:"):
         st.session_state["bar guess"] = guess
@@ -215,7 +214,7 @@ else:
         st.caption(f"{cfg.n_params():,} parameters · vocabulary {cfg.d_vocab:,} "
                    f"({'words' if source in ('words', 'upload') else 'characters' if source == 'chars' else 'random ids'}) · "
                    f"batches of 32 × {n_ctx} tokens · ≈ {memory:,.0f} MB while training · seed {seed} (sidebar) · "
-                   f"at most {train.QUEUE.limit} trainings run at once on this server, {train.QUEUE.running} running now")
+                   f"at most {training_queue.QUEUE.limit} trainings run at once on this server, {training_queue.QUEUE.running} running now")
         guess = ask("bar", bar_question(steps), ["yes", "no"]) if n_layers else None
         if st.button("Train", type="primary", icon=":material/play_arrow:"):
             st.session_state["bar guess"] = guess

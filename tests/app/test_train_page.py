@@ -9,6 +9,7 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from classroom import training_queue
 from mechlib import train
 from tests.app.helpers import open_exports, open_page
 
@@ -194,8 +195,8 @@ def spy_on_progress(monkeypatch) -> list[str]:
 
 
 def test_a_waiting_training_shows_its_place_and_the_estimated_wait_then_the_time_left(monkeypatch):
-    queue = train.TrainingQueue(limit=1)  # this server's queue, fresh: one slot, no training measured yet
-    monkeypatch.setattr(train, "QUEUE", queue)
+    queue = training_queue.TrainingQueue(limit=1)  # this server's queue, fresh: one slot, no training measured yet
+    monkeypatch.setattr(training_queue, "QUEUE", queue)
     texts = spy_on_progress(monkeypatch)
     at = train_page(**TINY)
     holding = threading.Event()
@@ -234,8 +235,8 @@ def test_a_waiting_training_shows_its_place_and_the_estimated_wait_then_the_time
 
 
 def test_a_second_training_from_the_same_session_is_refused_while_its_first_holds_a_place(monkeypatch):
-    queue = train.TrainingQueue(limit=2)
-    monkeypatch.setattr(train, "QUEUE", queue)
+    queue = training_queue.TrainingQueue(limit=2)
+    monkeypatch.setattr(training_queue, "QUEUE", queue)
     at = train_page(session_id="this session", **TINY)
     inside, release = threading.Event(), threading.Event()
 

@@ -3,14 +3,18 @@
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
 
-from mechlib import io, train, workers
+from classroom import training_queue, workers
+from mechlib import io, train
 from mechlib.config import ModelConfig
 from mechlib.data import RandomTokens, WithRepeats
 from mechlib.device import BudgetError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CFG = ModelConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=20, n_ctx=24, seed=3)
 DATA = WithRepeats(RandomTokens(20), lengths=(4, 5, 6, 7))
@@ -84,10 +88,10 @@ def test_a_caller_that_stops_stops_the_worker_and_the_pool_goes_on():
     with pytest.raises(Left):
         workers.run(train.train, {**KWARGS, "steps": 100_000}, on_progress=leave, on_step=lambda step: None,
                     threads=one)
-    with ThreadPoolExecutor(train.QUEUE.limit) as callers:  # as many trainings as workers: each needs one free
+    with ThreadPoolExecutor(training_queue.QUEUE.limit) as callers:  # as many trainings as workers: each needs one free
         runs = [callers.submit(workers.run, train.train, KWARGS, lambda p: None, lambda step: None, one)
-                for _ in range(train.QUEUE.limit)]
-        assert [run.result()[1][-1]["step"] for run in runs] == [40] * train.QUEUE.limit
+                for _ in range(training_queue.QUEUE.limit)]
+        assert [run.result()[1][-1]["step"] for run in runs] == [40] * training_queue.QUEUE.limit
     assert time.monotonic() - start < 60  # 100,000 steps take minutes: the stopped training let its worker go
 
 
@@ -124,7 +128,8 @@ def test_errors_in_the_worker_reach_the_caller():
 
 SERVER = """
 import sys, threading, time
-from mechlib import train, workers
+from classroom import workers
+from mechlib import train
 from mechlib.config import ModelConfig
 from mechlib.data import RandomTokens
 
@@ -170,11 +175,12 @@ def test_workers_the_manager_and_the_resource_tracker_die_with_a_killed_server(t
 
     script = tmp_path / "server.py"
     script.write_text(SERVER)
-    server = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})  # classroom/ is the app's, not installed
     try:
         assert server.stdout.readline().strip() == "10"  # the worker is training: its tenth step reached us
         children = _children(server.pid)
-        assert len(children) >= 1 + train.QUEUE.limit  # the manager and the workers (and the resource tracker)
+        assert len(children) >= 1 + training_queue.QUEUE.limit  # the manager and the workers (and the resource tracker)
         server.send_signal(signal.SIGKILL)
         server.wait()
         deadline = time.monotonic() + 5

@@ -7,7 +7,7 @@ a page (measured with the load script that became ``bench/classroom_load.py``). 
 interpreter. ``run`` sends it the training (any picklable callable returning a ``train.TrainResult`` and taking
 ``on_progress``/``on_step``), relays its progress reports back to the calling thread, and stops it at its next
 step if the caller leaves (a closed tab).
-The pool keeps ``train.QUEUE.limit`` workers, started with "spawn" on first use and kept, so torch is imported
+The pool keeps ``training_queue.QUEUE.limit`` workers, started with "spawn" on first use and kept, so torch is imported
 once per worker, not once per training; if one dies, the next training starts a new pool. The workers and the
 manager watch their server: killed, even with ``kill -9``, they exit within a second, and the resource tracker
 with them. A training uses as many threads as its caller says at each moment (``run``'s ``threads``): all the cores
@@ -30,8 +30,9 @@ from multiprocessing.managers import SyncManager
 
 import torch
 
+from classroom.training_queue import QUEUE
 from mechlib import io
-from mechlib.train import QUEUE, Progress, TrainResult
+from mechlib.train import Progress, TrainResult
 
 __all__ = ["Cancelled", "run", "warm"]
 

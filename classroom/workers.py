@@ -84,7 +84,8 @@ def _spawning() -> Iterator[None]:
     Streamlit runs each script as ``sys.modules["__main__"]`` with the app's ``__file__`` and leaves it there, so
     the manager and each worker executed the whole app outside any session: 255 "missing ScriptRunContext"
     warnings in the server's log when the Train page first started them, and the app's start-up work in every
-    process. A ``__main__`` without a file leaves the children nothing to re-run; a training needs only mechlib."""
+    process. A ``__main__`` without a file leaves the children nothing to re-run; a training needs only mechlib and
+    this module."""
     with _lock:
         script, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
         try:

@@ -78,8 +78,12 @@ def move_away_from_default(page, label: str, widget: dict) -> None:
                 page.keyboard.press("Escape")
         texts = options.all_inner_texts()
         options.nth(0 if texts[0] != widget["value"] else min(1, len(texts) - 1)).click()
-    elif widget["kind"] == "toggle":
-        scope.locator(f'input[role=switch][aria-label="{label}"]').click(force=True)
+    elif widget["kind"] == "toggle":  # by the keyboard, as the sliders: a click while the page redraws can find
+        switch = scope.locator(f'input[role=switch][aria-label="{label}"]')  # the switch outside the viewport (a CI
+        switch.focus()                                                        # run failed so)
+        switch.press("Space")
+        settle(page)
+        assert switch.is_checked() != widget["value"], label
     elif widget["kind"] == "input":
         field = scope.locator(f'input[aria-label="{label}"]')
         field.fill(widget["value"] + " again" if field.get_attribute("type") == "text" else "1")

@@ -13,7 +13,8 @@ import sections
 import slides
 from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
-from mechlib.device import BudgetError, budget_mb, device_label, require_budget
+from classroom.admission import BudgetError, budget_mb, require_budget
+from mechlib.device import device_label
 from mechlib.io import MAX_BYTES, CheckpointError
 from classroom.store import ID_CHARS, STORE, StoreError
 from shell import (add_session_model, clean_url_ints, collect_garbage, freeze_libraries, literal, quoted, select_slider,

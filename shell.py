@@ -21,7 +21,8 @@ from classroom import timings
 from mechlib import bigrams, data, zoo
 from mechlib.checks import UNK_SHARE_MAX, Check
 from mechlib.config import ModelConfig
-from mechlib.device import MEMORY, BudgetError, experiment_mb
+from classroom.admission import MEMORY, BudgetError
+from mechlib.device import experiment_mb
 from mechlib.model import Transformer
 from classroom.store import STORE, short_id
 
@@ -318,7 +319,8 @@ def current_model() -> tuple[tuple, Transformer]:
     if choice[0] == "zoo":
         return choice, zoo.load(choice[1])
     if choice[0] == "random":
-        return choice, zoo.random_model(ModelConfig.from_json(choice[1]))
+        cfg = ModelConfig.from_json(choice[1])
+        return choice, zoo.random_model(cfg, lambda: MEMORY.hold(cfg.estimate_mb(batch=0), f"a model of {cfg.n_params():,} parameters"))
     digest, model = zoo.from_checkpoint(st.session_state["session_models"][choice[1]])
     return ("session", digest), model
 

@@ -7,7 +7,7 @@ import streamlit as st
 
 from classroom import pages
 from mechlib import bigrams, checks, circuits, data, figures, induction, zoo
-from mechlib.device import budget_mb
+from classroom.admission import budget_mb
 from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, source, table
 from shell import check_line, costed, current_model, literal, section, select_slider, selectbox, slider, verdict
 

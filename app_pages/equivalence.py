@@ -6,7 +6,7 @@ import streamlit as st
 
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
-from mechlib.device import BudgetError, budget_mb
+from classroom.admission import BudgetError, budget_mb
 from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, source, table
 from shell import check_line, costed, select_slider, slider
 
@@ -47,7 +47,7 @@ with controls():
         row = slider("a row of the concatenated W_O", 0, d_model - 1, min(d_model - 1, 70), key="row")
 
 try:
-    result = compute(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position)
+    result = compute(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position, budget_mb())
 except (ValueError, BudgetError) as error:
     st.error(str(error))
     st.stop()

@@ -10,7 +10,7 @@ from classroom import activity, pages, training_queue, workers
 from mechlib import data, figures, induction, train, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
-from mechlib.device import MEMORY, BudgetError, require_budget
+from classroom.admission import MEMORY, BudgetError, require_budget
 from mechlib.io import CheckpointError
 from sections import answer_line, ask, beside, figure, prose, record, show
 from shell import add_session_model, literal, section, select_slider, session_id, slider

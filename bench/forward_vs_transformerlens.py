@@ -15,13 +15,11 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("MECHLIB_MEMORY_BUDGET_MB", "4096")  # the app's per-request budget refuses a 163M model
+import torch
 
-import torch  # noqa: E402
-
-from mechlib.config import ModelConfig  # noqa: E402
-from mechlib.interop import to_transformer_lens  # noqa: E402
-from mechlib.model import Transformer  # noqa: E402
+from mechlib.config import ModelConfig
+from mechlib.interop import to_transformer_lens
+from mechlib.model import Transformer
 
 CFG = ModelConfig(n_layers=12, d_model=768, n_heads=12, d_vocab=50257, n_ctx=128, d_mlp=3072, normalization="LN")
 BATCH, POSITIONS = 4, 128

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from mechlib.device import budget_mb
+from classroom.admission import budget_mb
 
 KEPT = 512  # computations remembered, server-wide; the oldest is forgotten first
 

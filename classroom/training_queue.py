@@ -3,12 +3,13 @@ order with an estimate of their wait; and the time a running training has left, 
 
 import heapq
 import statistics
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from classroom.admission import Gate
 
 __all__ = ["seconds_left", "expected_seconds_left", "seconds_until_slot", "SessionBusy", "Ticket", "TrainingQueue",
            "QUEUE"]
@@ -57,35 +58,35 @@ class Ticket:
 
 class TrainingQueue:
     """At most ``limit`` trainings at once, server-wide, and one per session (``owner``); the others wait in arrival
-    order. The wall times of the last ``recent`` finished trainings estimate how long a waiting one waits."""
+    order at the admission gate (``admission.Gate``, a slot each). The wall times of the last ``recent`` finished
+    trainings estimate how long a waiting one waits."""
 
     def __init__(self, limit: int, recent: int = 8):
         self.limit = limit
-        self._condition = threading.Condition()
-        self._running: list[Ticket] = []
-        self._waiting: list[Ticket] = []
+        self._gate = Gate(lambda: self.limit)
         self._durations: deque[float] = deque(maxlen=recent)
+        self._owners: set[str] = set()  # sessions with a training running or waiting
 
     @property
     def running(self) -> int:
-        return len(self._running)
+        return len(self._gate.holding)
 
     def wait_s(self, ticket: Ticket) -> float | None:
         """Seconds until a slot frees for the waiting ``ticket`` (``seconds_until_slot``): a running training's
         remaining time from its own measured steps/s (before its first step: the median finished training's wall
         time, less its time so far), and that median for each one ahead. None while that needs a finished training
         and none has finished on this server yet."""
-        with self._condition:
+        with self._gate.changed:
             now, typical = time.monotonic(), statistics.median(self._durations) if self._durations else None
             remaining = []
-            for other in self._running:
+            for other in self._gate.holding:
                 if other.step:
                     remaining.append(seconds_left(other.step, other.steps, now - other.started))
                 elif typical is not None:
                     remaining.append(max(typical - (now - other.started), 0.0))
                 else:
                     return None
-            ahead = self._waiting.index(ticket)
+            ahead = self._gate.waiting.index(ticket)
             if ahead and typical is None:
                 return None
             return seconds_until_slot(remaining, ahead, typical or 0.0, self.limit)
@@ -100,36 +101,20 @@ class TrainingQueue:
         (the user left the page), the place in the queue is given up.
         """
         ticket = Ticket(owner, steps)
-        with self._condition:
-            if any(other.owner == owner for other in self._running + self._waiting):
+        with self._gate.changed:
+            if owner in self._owners:
                 raise SessionBusy("this session already has a training running or waiting for a slot; one training "
                                   "per session at a time")
-            self._waiting.append(ticket)
+            self._owners.add(owner)
         try:
-            while True:
-                with self._condition:
-                    if len(self._running) < self.limit and self._waiting[0] is ticket:
-                        self._waiting.pop(0)
-                        ticket.started = time.monotonic()
-                        self._running.append(ticket)
-                        break
-                    position = self._waiting.index(ticket) + 1
-                on_wait(position, self.wait_s(ticket))
-                with self._condition:
-                    self._condition.wait(poll_s)
-        finally:
-            with self._condition:
-                if ticket in self._waiting:
-                    self._waiting.remove(ticket)
-                    self._condition.notify_all()
-        try:
-            yield ticket
-            with self._condition:
+            with self._gate.hold(ticket, 1, on_wait=lambda position: on_wait(position, self.wait_s(ticket)),
+                                 poll_s=poll_s):
+                ticket.started = time.monotonic()
+                yield ticket
                 self._durations.append(time.monotonic() - ticket.started)
         finally:
-            with self._condition:
-                self._running.remove(ticket)
-                self._condition.notify_all()
+            with self._gate.changed:
+                self._owners.discard(owner)
 
 
 QUEUE = TrainingQueue(limit=2)

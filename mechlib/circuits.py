@@ -16,7 +16,7 @@ from mechlib import bigrams, residual
 from mechlib.bigrams import Ceiling
 from mechlib.checks import BIGRAM_GAP_MAX, BIGRAM_KL_SHARE, Check, above_random_bar, compare, model_tolerance
 from mechlib.data import bigram_distribution, builtin_text, token_labels, word_ids
-from mechlib.device import costs, require_budget, to_numpy
+from mechlib.device import costs, to_numpy
 from mechlib.factored import FactoredMatrix
 from mechlib.model import Cache, Transformer
 
@@ -244,7 +244,6 @@ def composition_scores(model: Transformer, mode: str) -> Tensor:
     L, H = model.cfg.n_layers, model.cfg.n_heads
     if L < 2:                                                                     # no earlier → later pair
         return model.embed.W_E.new_zeros(L, H, L, H)
-    require_budget(composition_mb(model), "Composition scores for every pair of heads")
     S, T, earlier = _writers_and_readers(model, mode)
     k, d = S.shape[-2:]
     denominator = S.pow(2).sum((-1, -2)).sqrt()[:, None] * T.pow(2).sum((-1, -2)).sqrt()  # [(layer_A head_A) (…_B)]
@@ -275,7 +274,6 @@ def composition_ceiling(model: Transformer, mode: str) -> Tensor:
     L, H = model.cfg.n_layers, model.cfg.n_heads
     if L < 2:                                                                     # no earlier → later pair
         return model.embed.W_E.new_zeros(L, H, L, H)
-    require_budget(composition_mb(model), "Composition ceilings for every pair of heads")
     S, T, earlier = _writers_and_readers(model, mode)
     tiny = torch.finfo(S.dtype).tiny
     share_S, share_T = (sigma.pow(2) / sigma.pow(2).sum(-1, keepdim=True).clamp(min=tiny)  # σ_i² / ‖σ‖², descending
@@ -377,6 +375,7 @@ class Composition:
         return any(v.above_random for v in self.virtual)
 
 
+@costs(composition_mb)
 @torch.inference_mode()
 def composition(model: Transformer) -> Composition:
     """Every earlier → later pair's composition scores, the random baselines, and the strongest virtual heads."""

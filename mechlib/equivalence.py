@@ -11,6 +11,7 @@ The question helpers (``difference_bucket`` …) turn a run's numbers into the a
 """
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +21,7 @@ from einops import rearrange
 from mechlib import attention
 from mechlib.checks import TOLERANCE, Check, compare, tolerance_for
 from mechlib.config import ModelConfig
-from mechlib.device import DEVICE, budget_mb, costs, median_ms, require_budget, to_numpy
+from mechlib.device import DEVICE, costs, median_ms, to_numpy
 
 __all__ = ["SEED_SIZES", "EquivalenceResult", "ElementSum", "steps", "estimate_mb", "lookup_mb", "peak_mb", "run",
            "wo_row_owner", "concatenated_W_O", "wo_block_check", "element", "DIFFERENCES", "difference_bucket",
@@ -107,16 +108,16 @@ def lookup_mb(batch: int, seq: int, d_vocab: int, d_model: int, dtype: str) -> f
     return (batch * seq * d_vocab * size + cast + batch * seq * d_model * size) / 1e6
 
 
-def _lookup_runs(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, dtype: str) -> bool:
-    """Whether ``run`` checks the one-hot product in ``dtype``: within the memory budget and ``LOOKUP_MAX_MACS``."""
-    fits = estimate_mb(batch, seq, d_vocab, d_model, n_heads) + lookup_mb(batch, seq, d_vocab, d_model, dtype) <= budget_mb()
+def _lookup_runs(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, dtype: str, memory_mb: float) -> bool:
+    """Whether ``run`` checks the one-hot product in ``dtype``: within ``memory_mb`` and ``LOOKUP_MAX_MACS``."""
+    fits = estimate_mb(batch, seq, d_vocab, d_model, n_heads) + lookup_mb(batch, seq, d_vocab, d_model, dtype) <= memory_mb
     return fits and batch * seq * d_vocab * d_model <= LOOKUP_MAX_MACS
 
 
-def peak_mb(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> float:
-    """Peak memory of ``run`` in MB: ``estimate_mb`` plus the larger one-hot check it makes."""
+def peak_mb(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, memory_mb: float = math.inf) -> float:
+    """Peak memory of ``run`` in MB: ``estimate_mb`` plus the larger one-hot check it makes within ``memory_mb``."""
     checks = [lookup_mb(batch, seq, d_vocab, d_model, name) for name in DTYPES
-              if _lookup_runs(batch, seq, d_vocab, d_model, n_heads, name)]
+              if _lookup_runs(batch, seq, d_vocab, d_model, n_heads, name, memory_mb)]
     return estimate_mb(batch, seq, d_vocab, d_model, n_heads) + max(checks, default=0.0)
 
 
@@ -176,19 +177,19 @@ def _lookups(d_vocab: int, d_model: int, seed: int, tokens: tuple[tuple[int, ...
     return lookups
 
 
-@costs(lambda batch, seq, d_vocab, d_model, n_heads, *_: peak_mb(batch, seq, d_vocab, d_model, n_heads))
+@costs(lambda batch, seq, d_vocab, d_model, n_heads, seed, dtype="float32", position=0, memory_mb=math.inf:
+       peak_mb(batch, seq, d_vocab, d_model, n_heads, memory_mb))
 @torch.inference_mode()
 def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
-        dtype: str = "float32", position: int = 0) -> EquivalenceResult:
-    """Both readings on the same random weights and tokens; see ``EquivalenceResult``."""
+        dtype: str = "float32", position: int = 0, memory_mb: float = math.inf) -> EquivalenceResult:
+    """Both readings on the same random weights and tokens; see ``EquivalenceResult``. A one-hot check that would
+    take the run past ``memory_mb`` (a server's budget) is skipped, and its entry in ``lookups`` is None."""
     cfg = ModelConfig(n_layers=1, d_model=d_model, n_heads=n_heads, d_vocab=d_vocab, n_ctx=seq, seed=seed)
     if not 1 <= batch <= 64:
         raise ValueError(f"batch={batch} is out of range; choose batch between 1 and 64")
     if not 0 <= position < seq:
         raise ValueError(f"position={position} is outside the sequence; choose 0 … {seq - 1}")
     H, D, L, V = n_heads, d_model, cfg.d_head, d_vocab
-    base_mb = estimate_mb(batch, seq, d_vocab, d_model, n_heads)
-    require_budget(base_mb, "this attention layer")
 
     W_E = _embedding(V, D, seed)                                   # [d_vocab d_model], shared: read only
     g = torch.Generator().manual_seed(seed + 1)  # the other weights' own stream: W_E is drawn once for all sizes
@@ -198,7 +199,7 @@ def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: in
     tokens = torch.randint(0, V, (batch, seq), generator=g)        # [batch pos]
 
     lookup_sizes = {name: lookup_mb(batch, seq, d_vocab, d_model, name) for name in DTYPES}
-    runs = tuple(name for name in DTYPES if _lookup_runs(batch, seq, V, D, H, name))
+    runs = tuple(name for name in DTYPES if _lookup_runs(batch, seq, V, D, H, name, memory_mb))
     lookups = dict(_lookups(V, D, seed, tuple(map(tuple, tokens.tolist())), runs))  # a copy: the cache's is shared
 
     checks = {}

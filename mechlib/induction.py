@@ -278,6 +278,7 @@ class TwoLayers:
         return [head for head, score in zip(self.heads, self.scores["prev_token"].flatten()) if score >= PREV_TOKEN_MIN]
 
 
+@costs(lambda model, seed: max(model.cfg.estimate_mb(SCORE_BATCH), circuits.composition_mb(model)))
 @torch.inference_mode()
 def two_layers(model: Transformer, seed: int) -> TwoLayers:
     """Every head's pattern on a repeated sequence from ``seed``, its scores, composition, and the induction circuit."""

@@ -17,13 +17,12 @@ from safetensors.torch import save as st_save
 
 from mechlib.config import ModelConfig
 from mechlib.data import Tokenizer, tokenizer_from_json
-from mechlib.device import BudgetError
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
 ARCHITECTURES = {"transformer": (Transformer, ModelConfig, "embed.W_E"), "lstm": (LSTM, LSTMConfig, "W_E")}
 
-__all__ = ["CheckpointError", "save", "to_bytes", "write_atomic", "load", "MAX_BYTES", "FORMAT"]
+__all__ = ["CheckpointError", "save", "to_bytes", "write_atomic", "load", "config", "MAX_BYTES", "FORMAT"]
 
 FORMAT = "addition-machines/1"
 MAX_BYTES = 64 * 10**6  # the one upload cap: the app's uploader is given MAX_BYTES // 10**6 MB, which Chromium and
@@ -98,20 +97,27 @@ def load(source: str | Path | bytes) -> Transformer | LSTM:
                               f"{str(error)[:120]}); it is damaged or was not saved by mechlib.io.save") from None
 
 
-def _build(data: bytes) -> Transformer | LSTM:
-    metadata, entries = _read_header(data)
+def config(data: bytes) -> ModelConfig | LSTMConfig:
+    """The config of the checkpoint ``data``, read from its header alone (checked as ``load`` checks it): what a
+    caller needs to know the model's size before anything is built. Raises ``CheckpointError``."""
+    return _architecture_and_config(_read_header(data)[0])[1]
+
+
+def _architecture_and_config(metadata: dict[str, str]) -> tuple[str, ModelConfig | LSTMConfig]:
     architecture = metadata.get("architecture", "transformer")
     if architecture not in ARCHITECTURES:
         raise CheckpointError(f"the checkpoint's architecture {architecture[:40]!r} is not one this app knows")
-    build, config_class, reference = ARCHITECTURES[architecture]
-    cfg = _read_config(metadata, config_class)
+    return architecture, _read_config(metadata, ARCHITECTURES[architecture][1])
+
+
+def _build(data: bytes) -> Transformer | LSTM:
+    metadata, entries = _read_header(data)
+    architecture, cfg = _architecture_and_config(metadata)
+    build, _, reference = ARCHITECTURES[architecture]
     tokenizer = _read_tokenizer(metadata, cfg)
     _check_size(cfg, len(data))
-    try:
-        with torch.device("meta"):
-            expected = build(cfg).state_dict()
-    except BudgetError as error:
-        raise CheckpointError(f"the checkpoint's model is too large for this server: {error}") from None
+    with torch.device("meta"):
+        expected = build(cfg).state_dict()
     _check_entries(entries, expected)
     try:
         tensors = st_load(data)

@@ -17,7 +17,6 @@ from torch import Tensor, nn
 
 from mechlib import attention
 from mechlib.config import ModelConfig
-from mechlib.device import require_budget
 from mechlib.shared import Shareable
 
 __all__ = ["Transformer", "Recorder", "NO_RECORDING"]
@@ -207,7 +206,6 @@ class Transformer(Shareable):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        require_budget(cfg.estimate_mb(batch=1), f"a model of {cfg.n_params():,} parameters")
         self.cfg = cfg
         self.embed = Embed(cfg)
         self.pos_embed = PosEmbed(cfg)
@@ -241,7 +239,6 @@ class Transformer(Shareable):
         low, high = tokens.aminmax() if tokens.numel() else (0, 0)
         if low < 0 or high >= self.cfg.d_vocab:
             raise ValueError(f"token ids must lie in [0, {self.cfg.d_vocab}), got {int(low)}…{int(high)}")
-        require_budget(self.cfg.estimate_mb(batch=tokens.shape[0]), f"a batch of {tokens.shape[0]} sequences")
         return tokens
 
     def _check_ablation(self, ablate: Ablation | None) -> Ablation | None:

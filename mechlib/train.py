@@ -23,7 +23,7 @@ from mechlib import bigrams, circuits, copying, induction, io, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig
 from mechlib.data import CopyingTask, Data, Tokenizer, training_data
-from mechlib.device import DEVICE, require_budget
+from mechlib.device import DEVICE
 from mechlib.loss import heldout_loss, next_token_loss
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
@@ -106,7 +106,6 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
     """
     if steps < 1:
         raise ValueError(f"steps={steps}: train for at least one step")
-    require_budget(estimate_mb(cfg, batch_size), f"training a model of {cfg.n_params():,} parameters")
     model = (LSTM if isinstance(cfg, LSTMConfig) else Transformer)(cfg).to(DEVICE)
     model.tokenizer = tokenizer
     generator = torch.Generator().manual_seed(seed)

@@ -1,4 +1,4 @@
-"""Shared models: a process-wide, lock-protected cache of read-only models.
+"""Shared models: a process-wide cache of read-only models (``bounded.Bounded``: by kind, and by their weights' size).
 
 Thirty sessions may ask for the same model at once; it is built once (a lock per key) and every
 session gets the same object, made read-only by ``Shareable.share`` (eval mode, no gradients;
@@ -10,15 +10,15 @@ A zoo model is a ``Model``: a ``Transformer`` or, for the LSTM analogy, an ``LST
 import hashlib
 import json
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from mechlib import data, io
 from mechlib.config import ModelConfig
-from mechlib.device import DEVICE, MEMORY
+from mechlib.bounded import Bounded
+from mechlib.device import DEVICE
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
@@ -41,50 +41,20 @@ def model_mb(model: "Model") -> float:
 
 Model = Transformer | LSTM  # what the zoo and io.load give back
 
-_lock = threading.Lock()
-_models: OrderedDict[tuple, Model] = OrderedDict()
-_key_locks: dict[tuple, threading.Lock] = {}
-
-
-def _lookup(key: tuple) -> Model | None:
-    with _lock:
-        if key in _models:
-            _models.move_to_end(key)
-            return _models[key]
-    return None
+_models: Bounded[Model] = Bounded(max_size=lambda: cache_mb(), size=model_mb, per_group=lambda kind: LIMITS[kind])
 
 
 def _cached(key: tuple, build: Callable[[], Model]) -> Model:
-    if (model := _lookup(key)) is not None:
-        return model
-    with _lock:
-        key_lock = _key_locks.setdefault(key, threading.Lock())
-    with key_lock:  # concurrent first requests for one key: one builds, the others wait for it
-        try:
-            if (model := _lookup(key)) is not None:
-                return model
-            model = build().to(DEVICE).share()
-            with _lock:
-                _models[key] = model
-                same_kind = [k for k in _models if k[0] == key[0]]
-                for old in same_kind[: max(0, len(same_kind) - LIMITS[key[0]])]:
-                    del _models[old]
-                total = sum(model_mb(m) for m in _models.values())
-                for old in [k for k in _models if k != key]:  # least recently used first; the new one stays
-                    if total <= cache_mb():
-                        break
-                    total -= model_mb(_models.pop(old))
-            return model
-        finally:
-            with _lock:
-                if _key_locks.get(key) is key_lock:
-                    del _key_locks[key]
+    """The shared model ``key`` (its kind first), built once and made read-only."""
+    return _models.get_or_build(key, lambda: build().to(DEVICE).share(), group=key[0])
 
 
-def random_model(cfg: ModelConfig) -> Transformer:
-    """The shared, read-only model with random weights drawn from ``cfg`` (its seed included)."""
+def random_model(cfg: ModelConfig, admit: Callable[[], AbstractContextManager] = nullcontext) -> Transformer:
+    """The shared, read-only model with random weights drawn from ``cfg`` (its seed included). ``admit()`` is
+    entered around a build only, not when the model is already here: a server holds the weights' memory under its
+    budget there."""
     def build() -> Transformer:
-        with MEMORY.hold(cfg.estimate_mb(batch=0), f"a model of {cfg.n_params():,} parameters"):  # its weights
+        with admit():
             return Transformer(cfg)
     return _cached(("random", cfg, str(DEVICE)), build)
 

@@ -52,7 +52,7 @@ def test_leaving_the_queue_gives_up_the_place():
     with pytest.raises(KeyboardInterrupt):
         with queue.slot("leaver", 10, on_wait=leave, poll_s=0.01):
             pass
-    assert queue._waiting == []
+    assert queue._gate.waiting == []
     release.set()
     t.join()
     assert queue.running == 0
@@ -171,4 +171,4 @@ def test_one_training_per_session_at_a_time():
     thread.join()
     other.join()
     assert ask(queue, "me")[0] == ask(queue, "you")[0] == "runs"  # finished: each may train again
-    assert queue.running == 0 and queue._waiting == []
+    assert queue.running == 0 and queue._gate.waiting == []

@@ -12,7 +12,6 @@ from classroom import training_queue, workers
 from mechlib import io, train
 from mechlib.config import ModelConfig
 from mechlib.data import RandomTokens, WithRepeats
-from mechlib.device import BudgetError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,9 +119,8 @@ def test_new_workers_do_not_run_the_servers_script_again(tmp_path, monkeypatch):
 
 
 def test_errors_in_the_worker_reach_the_caller():
-    huge = ModelConfig(n_layers=48, d_model=8192, n_heads=64, d_vocab=200_000, n_ctx=8192)
-    with pytest.raises(BudgetError, match="training a model of"):
-        workers.run(train.train, {**KWARGS, "cfg": huge}, on_progress=lambda p: None, on_step=lambda step: None,
+    with pytest.raises(ValueError, match="steps=0: train for at least one step"):
+        workers.run(train.train, {**KWARGS, "steps": 0}, on_progress=lambda p: None, on_step=lambda step: None,
                     threads=one)
 
 

@@ -2,7 +2,7 @@
 declare the memory they hold, from the arguments the pages call them with: a server states it and holds it under
 its budget before running them."""
 
-from mechlib import analogy, copying, equivalence, induction, loss, zoo
+from mechlib import analogy, circuits, copying, equivalence, induction, loss, zoo
 from mechlib.device import experiment_mb
 
 
@@ -28,3 +28,18 @@ def test_the_phase_change_declares_one_checkpoint_at_a_time():
     cfg = zoo.load("attn-only-2l").cfg
     assert experiment_mb(induction.phase_change, "attn-only-2l") == cfg.estimate_mb(induction.SCORE_BATCH)
     assert experiment_mb(induction.snapshot_at, "attn-only-2l", 0, 0) == cfg.estimate_mb(induction.SCORE_BATCH)
+
+
+def test_composition_declares_its_pair_tables_and_the_equivalence_run_its_checks_within_the_memory_given():
+    model = zoo.load("attn-only-2l")
+    assert experiment_mb(circuits.composition, model) == circuits.composition_mb(model)
+    # 12.9 MB base; within 20 MB the float32 check (4.0 MB) runs and the float64 one (33.6 MB) does not
+    assert experiment_mb(equivalence.run, 1, 20, 50_000, 64, 8, 0, "float32", 0, 20) == equivalence.peak_mb(
+        1, 20, 50_000, 64, 8, 20) == equivalence.estimate_mb(1, 20, 50_000, 64, 8) + equivalence.lookup_mb(
+        1, 20, 50_000, 64, "float32")
+
+
+def test_the_two_layer_part_declares_the_larger_of_its_scoring_batch_and_its_composition_tables():
+    model = zoo.load("attn-only-2l")
+    assert experiment_mb(induction.two_layers, model, 0) == max(model.cfg.estimate_mb(induction.SCORE_BATCH),
+                                                                circuits.composition_mb(model))

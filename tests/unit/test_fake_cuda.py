@@ -16,7 +16,6 @@ device guard of Python indexing), and every forward pass stops at its first data
 range check, ``low < 0``, raises DataDependentOutputException), so no experiment gets past its first line.
 """
 
-import collections
 import dataclasses
 import functools
 import weakref
@@ -28,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from mechlib import analogy, circuits, copying, data, device, equivalence, induction, io, patterns, residual, train, zoo
+from mechlib.bounded import Bounded
 from mechlib.config import ModelConfig
 from mechlib.data import WordTokenizer, builtin_text
 from mechlib.device import to_numpy
@@ -261,7 +261,7 @@ def test_experiments_on_their_own_weights_run_on_cuda_and_match_the_cpu(name, mo
     for module in (device, equivalence, train, zoo):
         monkeypatch.setattr(module, "DEVICE", CUDA)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)  # device.median_ms waits for the GPU
-    monkeypatch.setattr(zoo, "_models", collections.OrderedDict())
+    monkeypatch.setattr(zoo, "_models", Bounded())
     with FakeCuda() as mode:
         on_cuda = ON_THEIR_OWN_WEIGHTS[name]()
     assert mode.marked, "nothing was made on the stand-in: the experiment did not take the device path"

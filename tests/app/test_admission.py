@@ -1,11 +1,11 @@
-"""The server-wide memory budget: admission control over the computations that run at once."""
+"""The server-wide memory budget: admission control over the computations that run at once (classroom.admission)."""
 
 import threading
 import time
 
 import pytest
 
-from mechlib.device import BudgetError, MemoryBudget
+from classroom.admission import BudgetError, Gate, MemoryBudget, require_budget
 
 
 @pytest.fixture(autouse=True)
@@ -83,3 +83,44 @@ def test_an_error_inside_a_computation_gives_its_memory_back():
     assert memory.held_mb == 0
     with memory.hold(100, "b"):  # the whole budget is free again
         assert memory.held_mb == 100
+
+
+def test_a_request_above_the_budget_names_both_figures():
+    with pytest.raises(BudgetError, match=r"a model of 5 parameters would need about 1,234 MB, above this server's "
+                                          r"budget of 100 MB per request; choose smaller sizes"):
+        require_budget(1234.0, "a model of 5 parameters")
+    require_budget(99.0, "a small thing")  # under the budget: no error
+
+
+def test_a_gate_of_slots_serves_its_line_in_order_and_reports_each_waiting_position():
+    """The trainings' use of the gate: a slot each, no deadline, ``on_wait`` told its place while it waits."""
+    gate, positions, order = Gate(lambda: 1), {"second": [], "third": []}, []
+
+    def take(name: str) -> None:
+        with gate.hold(name, 1, on_wait=positions[name].append, poll_s=0.05):
+            order.append(name)
+            time.sleep(0.2)  # long enough for the third to be told it is next
+
+    with gate.hold("first", 1):
+        threads = [threading.Thread(target=take, args=(name,)) for name in ("second", "third")]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.15)
+        assert gate.waiting == ["second", "third"] and gate.holding == ["first"]
+    for thread in threads:
+        thread.join(timeout=5)
+    assert order == ["second", "third"] and gate.held == 0
+    assert set(positions["second"]) == {1} and positions["third"][0] == 2 and positions["third"][-1] == 1
+
+
+def test_a_wait_that_raises_gives_up_its_place():
+    gate = Gate(lambda: 1)
+
+    def leave(position: int) -> None:
+        raise KeyboardInterrupt  # the student closed the tab
+
+    with gate.hold("first", 1):
+        with pytest.raises(KeyboardInterrupt):
+            with gate.hold("second", 1, on_wait=leave):
+                pass
+        assert gate.waiting == []

@@ -16,7 +16,7 @@ from mechlib.config import ModelConfig, divisors
 from classroom.admission import BudgetError, budget_mb, require_budget
 from mechlib.device import device_label
 from mechlib.io import MAX_BYTES, CheckpointError
-from classroom.store import ID_CHARS, STORE, StoreError
+from classroom.store import ID_CHARS, STORE, StoreError, admit
 from shell import (add_session_model, clean_url_ints, collect_garbage, freeze_libraries, literal, quoted, select_slider,
                    session_id, session_model, slider, teacher, url_notes, warm_up)
 
@@ -66,6 +66,7 @@ def upload_checkpoint() -> None:
     digest = hashlib.sha256(data).hexdigest()                     # is not validated again on every rerun
     if digest not in refused:
         try:
+            admit(data)
             model = zoo.from_checkpoint(data)[1]
             if not isinstance(model.cfg, ModelConfig):
                 refused[digest] = ("this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses "

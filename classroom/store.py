@@ -46,6 +46,16 @@ def short_id(data: bytes) -> str:
     return base64.b32encode(hashlib.sha256(data).digest()).decode()[:ID_CHARS].lower()
 
 
+def admit(data: bytes) -> None:
+    """Refuse a checkpoint whose model is above the server's memory budget, from its header's config alone, before
+    anything is built from it (mechlib builds any size); raises ``CheckpointError``."""
+    cfg = io.config(data)
+    try:
+        require_budget(cfg.estimate_mb(batch=1), f"its model of {cfg.n_params():,} parameters")
+    except BudgetError as error:
+        raise CheckpointError(f"the checkpoint is too large for this server: {error}") from None
+
+
 class CheckpointStore:
     """Validated checkpoints by short id, least recently used first out (``bounded.Bounded``, grouped by owner);
     thread-safe."""
@@ -65,11 +75,7 @@ class CheckpointStore:
         if len(data) > min(MAX_BYTES, self.max_bytes):
             raise CheckpointError(f"the checkpoint is {len(data) / 10**6:,.1f} MB; links keep checkpoints up to "
                                   f"{min(MAX_BYTES, self.max_bytes) / 10**6:,.0f} MB")
-        cfg = io.config(data)
-        try:
-            require_budget(cfg.estimate_mb(batch=1), f"its model of {cfg.n_params():,} parameters")
-        except BudgetError as error:
-            raise CheckpointError(f"the checkpoint is too large for this server: {error}") from None
+        admit(data)
         zoo.from_checkpoint(data)
         key = short_id(data)
         stored = self._items.put(key, Stored(f"{kind} {key}: {name}", data), owner)

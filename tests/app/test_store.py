@@ -6,6 +6,7 @@ from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.io import CheckpointError
 from mechlib.model import Transformer
+from classroom import store
 from classroom.store import ID_CHARS, CheckpointStore, StoreError, short_id
 
 
@@ -124,3 +125,14 @@ def test_pins_are_bounded_the_oldest_released_first():
     for key in keys:
         store.pin(key)
     assert not store.pinned(keys[0]) and all(store.pinned(key) for key in keys[1:])
+
+
+def test_a_checkpoint_above_the_memory_budget_is_refused_from_its_header_before_it_is_built(monkeypatch):
+    data = checkpoint(0)
+    monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "0.001")
+    built = []
+    monkeypatch.setattr(store.zoo, "from_checkpoint", built.append)
+    with pytest.raises(CheckpointError, match=r"the checkpoint is too large for this server: its model of [\d,]+ "
+                                              r"parameters would need about 0 MB, above this server's budget of 0 MB"):
+        CheckpointStore().put("uploaded", "mine.safetensors", data, "browser a")
+    assert built == []

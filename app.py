@@ -6,19 +6,18 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from classroom import activity
 import mechlib
-from classroom import pages
-import sections
-import slides
+from classroom import activity, pages, slides
+from classroom.admission import BudgetError, budget_mb, require_budget
+from classroom.server import collect_garbage, freeze_libraries, warm_up
+from classroom.session import add_session_model, session_id, session_model, teacher
+from classroom.store import ID_CHARS, STORE, StoreError, admit
+from classroom.text import literal, quoted
+from classroom.widgets import clean_url_ints, copy_link, select_slider, slider, url_notes
 from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
-from classroom.admission import BudgetError, budget_mb, require_budget
 from mechlib.device import device_label
 from mechlib.io import MAX_BYTES, CheckpointError
-from classroom.store import ID_CHARS, STORE, StoreError, admit
-from shell import (add_session_model, clean_url_ints, collect_garbage, freeze_libraries, literal, quoted, select_slider,
-                   session_id, session_model, slider, teacher, url_notes, warm_up)
 
 st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide",
                    initial_sidebar_state="collapsed" if slides.linked_present() else "auto")
@@ -187,6 +186,6 @@ try:
     navigation.run()
 finally:  # after the page's widgets, so the URL holds every setting the page drew (a page may stop early)
     slides.finish()
-    sections.copy_link(slides.link_place())
+    copy_link(slides.link_place())
     collect_garbage()
     activity.run_ended(session_id())

@@ -6,10 +6,16 @@ import pandas as pd
 import streamlit as st
 
 from classroom import pages
-from mechlib import bigrams, checks, circuits, data, figures, induction, zoo
 from classroom.admission import budget_mb
-from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, source, table
-from shell import check_line, costed, current_model, literal, section, select_slider, selectbox, slider, verdict
+from classroom.experiments import compute
+from classroom.layout import beside, figure, metric, prose, show, source, table
+from classroom.part import record
+from classroom.questions import exercise, predict
+from classroom.session import current_model
+from classroom.slides import controls
+from classroom.text import check_line, literal, verdict
+from classroom.widgets import select_slider, selectbox, slider
+from mechlib import bigrams, checks, circuits, data, figures, induction, zoo
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
 PATH_TOKENS = 8  # random ids the path expansion reads when a model has no tokenizer
@@ -39,8 +45,6 @@ def reading(name: str) -> None:
     st.markdown(f"Reading **{name}**.")
 
 
-phase_change = costed(induction.phase_change, 4, "scoring every checkpoint")
-snapshot_at = costed(induction.snapshot_at, 32, "this checkpoint's heads")
 
 st.title("Circuits")
 prose("This page reads the zoo's attention-only models straight from their weights: what a model with no layers can "
@@ -60,13 +64,13 @@ if chosen == "zero layers":
     st.caption(f"Cost: about {bigrams.estimate_mb(V):,.0f} MB for the {V:,} × {V:,} bigram tables, of this server's "
                f"{budget_mb():,.0f} MB, and the first time up to {bigrams.FIT_SECONDS:.0f} s for the best fit "
                f"({steps:,} steps); then it is read from the cache.")
-    z = section(circuits.zero_layer, key, model)
+    z = compute(circuits.zero_layer, model, key=key)
     label = dict(zip(z.ids, z.labels))
     with controls():
         current = selectbox("current token", z.ids, "z_token", label.__getitem__, z.ids.index(z.example))
 
     def bigram_table() -> None:
-        z = section(circuits.zero_layer, key, model)
+        z = compute(circuits.zero_layer, model, key=key)
         st.latex(r"\text{logits}(t_{\text{next}} \mid t) = W_E[t]\, W_U + b_U")
         prose(f"Positions: {model.cfg.positional}. Shortformer positions enter only queries and keys, never the "
               "residual stream, so the logits of a zero-layer model are W_E W_U + b_U exactly, at every position.")
@@ -91,7 +95,7 @@ if chosen == "zero layers":
                        "estimates, so the model may look closer to its width's best than it is.")
 
     def next_tokens() -> None:
-        z = section(circuits.zero_layer, key, model)
+        z = compute(circuits.zero_layer, model, key=key)
         row = z.next_tokens[z.ids.index(current)]
         top, p, corpus_top, q = (row["model's next token"][0], row["model probability"][0],
                                  row["corpus's next token"][0], row["corpus probability"][0])
@@ -103,7 +107,7 @@ if chosen == "zero layers":
             table(pd.DataFrame(row).round(3), f"next tokens after {label[current]}")
 
     def side_by_side() -> None:
-        z = section(circuits.zero_layer, key, model)
+        z = compute(circuits.zero_layer, model, key=key)
         names = z.labels[: circuits.TABLE_TOKENS]
         prose(f"The {circuits.TABLE_TOKENS} most frequent tokens: each row is a current token, each column a next one.")
         for col, (matrix, field, whose) in zip(beside(2), [(z.model_table, "model_table", "The model"),
@@ -138,7 +142,7 @@ elif chosen == "one layer":
     head_name = circuits.head_label(0, head)
 
     def qk_and_ov() -> None:
-        o = section(circuits.token_tables, key, model, 0, head, words)
+        o = compute(circuits.token_tables, model, 0, head, words, key=key)
         if model.cfg.n_layers > 1:
             prose("Layer 0's heads are read; with more layers, later ones also act on them, so the one-layer reading "
                   "is the direct part only.")
@@ -164,14 +168,14 @@ elif chosen == "one layer":
                        f"{y!r}, {value!r})")
 
     def trigrams() -> None:
-        o = section(circuits.token_tables, key, model, 0, head, words)
+        o = compute(circuits.token_tables, model, 0, head, words, key=key)
         prose("Each row is a skip-trigram read off the two circuits: the destination attends to the source (QK), and "
               "attending to the source raises the output (OV), whatever lies between them.")
         table(pd.DataFrame([{"skip-trigram": f"{s} … {d} → {out}", "QK score": round(q, 2), "OV logit": round(v, 2)}
                             for s, d, out, q, v in o.trigrams]), f"skip-trigrams of {head_name}")
 
     def copying() -> None:
-        o = section(circuits.one_layer, key, model, ids)
+        o = compute(circuits.one_layer, model, ids, key=key)
         prose("A head copies when attending to a token raises that same token's logit: its OV circuit W_E W_OV W_U "
               "then has eigenvalues with a positive real part. The copying score, Σ Re λ / Σ |λ|, is 1 for a pure "
               "copier and −1 for its opposite.")
@@ -197,7 +201,7 @@ elif chosen == "one layer":
         record("heads that copy", f"{o.copiers} of {len(o.copying)}")
 
     def paths() -> None:
-        o = section(circuits.one_layer, key, model, ids)
+        o = compute(circuits.one_layer, model, ids, key=key)
         if o.path_check is None:
             st.info("Path expansion is exact only without LayerNorm; this model has it, so the paths are not shown.")
             return
@@ -221,7 +225,7 @@ elif chosen == "two layers":
     reading(name)
 
     def composition() -> None:
-        comp = section(induction.two_layers, key, model, seed).composition
+        comp = compute(induction.two_layers, model, seed, key=key).composition
         prose("A later head composes with an earlier one when it reads what the earlier one wrote: through its queries "
               "(Q-composition), its keys (K-composition) or its values (V-composition). The score is ‖W_A W_B‖_F / "
               "(‖W_A‖_F ‖W_B‖_F), with W_A the earlier head's W_OV and W_B the later head's W_QKᵀ, W_QK (the reading's W_p) or W_OV.")
@@ -236,7 +240,7 @@ elif chosen == "two layers":
                     + "; ".join(f"{w} → {r} by {m}: **{s:.2f}**" for m, w, r, s in comp.strongest) + ".")
 
     def virtual_heads() -> None:
-        comp = section(induction.two_layers, key, model, seed).composition
+        comp = compute(induction.two_layers, model, seed, key=key).composition
         prose("When a later head reads, through its values, what an earlier head wrote, the two act as one virtual "
               "head whose OV circuit is W_OV^A W_OV^B.")
         st.markdown(f"The strongest pairs by V-composition, picked from {comp.tested}: a pair is above random past "
@@ -251,7 +255,7 @@ elif chosen == "two layers":
                         "virtual head stronger than chance.")
 
     def heads() -> None:
-        t = section(induction.two_layers, key, model, seed)
+        t = compute(induction.two_layers, model, seed, key=key)
         title = "Every head on a repeated random sequence: induction heads attend one token after each earlier copy"
         figure(figures.patterns_grid(t.patterns, title), "patterns on a repeated sequence",
                f"fig = figures.patterns_grid(result.patterns, {title!r})")
@@ -259,7 +263,7 @@ elif chosen == "two layers":
         if not exercise("previous-token head", "Find the previous-token head in this model: a head that puts at least "
                  f"{checks.PREV_TOKEN_MIN} of its attention on the position just before the query. Read the patterns "
                  "in this section.", t.heads + [NONE], t.previous_token_heads or [NONE],
-                 f"Mean attention to the previous position over a batch of repeated sequences: the highest, "
+                 "Mean attention to the previous position over a batch of repeated sequences: the highest, "
                  + ", ".join(f"{h} **{s:.2f}**" for h, s in sorted(zip(t.heads, prev), key=lambda p: -p[1])[:3])
                  + f". A previous-token head scores {checks.PREV_TOKEN_MIN} or more."):
             return
@@ -272,7 +276,7 @@ elif chosen == "two layers":
               f"{checks.ABLATION_DROP_MIN:.0%} when the previous-token head is ablated.")
 
     def the_circuit() -> None:
-        c = section(induction.two_layers, key, model, seed).circuit
+        c = compute(induction.two_layers, model, seed, key=key).circuit
         if not predict("ablation", f"Set the output of {c.previous}, the best previous-token head (score "
                        f"{c.previous_score:.2f}), to zero. Which later head's induction score will the ablation break? "
                        "(Several can.)", list(c.ablation) + [NONE], c.broken or [NONE],
@@ -312,7 +316,7 @@ else:
     def training() -> None:
         prose("The zoo's two-layer model saved during its training: the induction heads form suddenly, and in the same "
               "steps the context starts to help the loss.")
-        every = phase_change(PHASE_MODEL)
+        every = compute(induction.phase_change, PHASE_MODEL)
         (before, after), bins = every.jump, every.bins(JUMP_RANGES)
         rises = np.diff(every.induction)
         i = every.steps.index(before)
@@ -326,7 +330,7 @@ else:
             return
         marked = st.session_state.get("c_step", steps[-1])  # the next part's slider
         figure(figures.training_curves(zoo.history(PHASE_MODEL), marked), "training curves",
-               f"fig = figures.training_curves(zoo.history({PHASE_MODEL!r}), {marked!r})")
+               f"fig = figures.training_curves(zoo.history({PHASE_MODEL!r}), {marked!r})", using=zoo.history)
         st.markdown(f"No checkpoint has an induction head (best score ≥ {checks.INDUCTION_MIN})." if every.formed_at is None
                     else f"An induction head (best score ≥ {checks.INDUCTION_MIN}) first appears at step "
                          f"**{every.formed_at:,}**.")
@@ -336,7 +340,7 @@ else:
 
     def at_step() -> None:
         step = select_slider("training step", steps, steps[-1], key="c_step")
-        every, snap = phase_change(PHASE_MODEL), snapshot_at(PHASE_MODEL, step, seed)
+        every, snap = compute(induction.phase_change, PHASE_MODEL), compute(induction.snapshot_at, PHASE_MODEL, step, seed)
         (prev_head, prev_score), (ind_head, ind_score) = snap.best_previous, snap.best_induction
         st.markdown(f"At step {step:,}: best previous-token score **{prev_score:.2f}** ({prev_head}), best induction "
                     f"score **{ind_score:.2f}** ({ind_head}), in-context-learning score "
@@ -345,9 +349,7 @@ else:
               "repeated sequences: negative when the context helps.")
         title = f"Every head at step {step:,}"
         figure(figures.patterns_grid(snap.patterns, title), "patterns at this step",
-               "from mechlib import induction\n\n"
-               f"snap = induction.snapshot(zoo.load_snapshot({PHASE_MODEL!r}, {step!r}), {seed!r})\n"
-               f"fig = figures.patterns_grid(snap.patterns, {title!r})")
+               f"fig = figures.patterns_grid(result.patterns, {title!r})", using=induction.snapshot_at)
 
     show([(f"The phase change: when induction heads form in {PHASE_MODEL}", training),
           ("Every head at one step", at_step)])

@@ -4,13 +4,16 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom.admission import budget_mb
+from classroom.experiments import compute
+from classroom.layout import beside, figure, metric, prose, show, source, table
+from classroom.part import record
+from classroom.questions import exercise, predict
+from classroom.slides import controls
+from classroom.text import check_line
+from classroom.widgets import select_slider, slider
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
-from classroom.admission import BudgetError, budget_mb
-from sections import beside, controls, exercise, figure, metric, predict, prose, record, show, source, table
-from shell import check_line, costed, select_slider, slider
-
-compute = costed(equivalence.run, 64, "this attention layer")
 
 st.title("Multi-head attention is a sum over heads")
 prose(
@@ -47,8 +50,8 @@ with controls():
         row = slider("a row of the concatenated W_O", 0, d_model - 1, min(d_model - 1, 70), key="row")
 
 try:
-    result = compute(batch, seq, d_vocab, d_model, n_heads, seed, dtype, position, budget_mb())
-except (ValueError, BudgetError) as error:
+    result = compute(equivalence.run, batch, seq, d_vocab, d_model, n_heads, seed, dtype, position, budget_mb())
+except ValueError as error:
     st.error(str(error))
     st.stop()
 

@@ -3,9 +3,10 @@ minutes for a 50-minute class and a two-hour lab, one link per page, and what mo
 
 import streamlit as st
 
-from classroom import lessons
-from classroom import pages
-from sections import presenting, prose
+from classroom import lessons, pages
+from classroom.layout import prose
+from classroom.slides import presenting
+
 
 def lesson_path() -> None:
     """Each step as a link that opens its page at its first stop, with its minutes and what the class does."""

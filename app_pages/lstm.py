@@ -6,16 +6,17 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom.experiments import compute
+from classroom.layout import beside, figure, prose, show, table
+from classroom.part import record
+from classroom.questions import predict
+from classroom.slides import controls
+from classroom.text import check_line, literal
+from classroom.widgets import slider
 from mechlib import analogy, checks, copying, figures
 from mechlib.checks import LOSS_TIE, UNK_SHARE_MAX
-from sections import beside, controls, figure, predict, prose, record, show, table
-from shell import check_line, costed, literal, slider
 
 pair = st.cache_data(max_entries=1)(analogy.pair)
-side_by_side = costed(analogy.side_by_side, 32, "both models on these tokens")
-separating_test = costed(analogy.separating_test, 16, "the separating test")
-heldout = costed(analogy.heldout, 1, "both models on the held-out text")
-copying_runs = costed(copying.controls, 16, "the copying task's three models")
 
 
 def ranking(ranked: analogy.Ranking, what: str, unit: str, losses: dict[str, float]) -> str:
@@ -60,7 +61,7 @@ with controls():
     else:
         segment = slider("segment length", 4, sizes.max_segment, 12, key="l_seg")
         ids, ids_code = analogy.repeated_ids(segment, seed), f"analogy.repeated_ids({segment}, {seed})"
-view = side_by_side(ids)
+view = compute(analogy.side_by_side, ids)
 VIEW = f"from mechlib import analogy\n\nresult = analogy.side_by_side({ids_code})\n"  # a snippet's first lines
 
 
@@ -160,7 +161,7 @@ def analogy_breaks() -> None:
 
 def separating() -> None:
     length = slider("segment length for the test", 4, sizes.max_segment, sizes.test_segment, key="l_test")
-    test, text = separating_test(length, seed), heldout()
+    test, text = compute(analogy.separating_test, length, seed), compute(analogy.heldout)
     name = analogy.NAMES[analogy.TRANSFORMER]
     shed = test.reduction[name]
     if not predict("shed", f"With segments of {length} random characters, how much of {name}'s loss on the first occurrence "
@@ -169,8 +170,7 @@ def separating() -> None:
             f"{test.reduction[analogy.NAMES[analogy.RNN]]:.0%}). Another segment length can answer differently."):
         return
     figure(figures.loss_curves(test.losses, test.labels, length + 1), "loss by position",
-           f"from mechlib import analogy\n\nresult = analogy.separating_test({length}, {seed})\n"
-           f"fig = figures.loss_curves(result.losses, result.labels, {length + 1})")
+           f"fig = figures.loss_curves(result.losses, result.labels, {length + 1})", using=analogy.separating_test)
     table(pd.DataFrame([{"model": name, "first occurrence (nats)": round(test.first_repeat[name], 2),
                          "second occurrence (nats)": round(test.second_repeat[name], 2),
                          "held-out text (nats per character)": round(text.losses[name], 3)}
@@ -185,7 +185,7 @@ def separating() -> None:
 
 
 def copying_controls() -> None:
-    c = copying_runs(seed)
+    c = compute(copying.controls, seed)
     prose(
         "Three models trained here by one recipe, for the same number of steps, on the copying task (random ids, a "
         "segment copied once; the Train page's preset): two attention layers of one head (`copying-2l`, "
@@ -202,7 +202,6 @@ def copying_controls() -> None:
         return
     figure(figures.copy_losses({f"{role} ({c.params[role]:,} parameters)": values for role, values in c.losses.items()},
                                c.length, c.d_vocab, c.earlier), "copying task losses",
-           f"from mechlib import copying\n\nresult = copying.controls({seed})\n"
            'fig = figures.copy_losses({f"{role} ({result.params[role]:,} parameters)": values for role, values in '
            "result.losses.items()}, result.length, result.d_vocab, result.earlier)")
     ordered = (f"On the second copy: two layers **{s2['two layers']:.2f}** nats, one layer **{s2['one layer']:.2f}**, "

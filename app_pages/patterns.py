@@ -4,11 +4,16 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom.experiments import compute
+from classroom.layout import beside, figure, metric, prose, show, source, table
+from classroom.part import record
+from classroom.questions import predict
+from classroom.session import current_model, input_tokens
+from classroom.slides import controls
+from classroom.text import check_line, literal
+from classroom.widgets import slider
 from mechlib import data, figures, patterns
 from mechlib.checks import EFFECTIVE_SHARE, RANK_ZERO
-from sections import beside, controls, figure, metric, predict, prose, record, show, source, table
-from shell import check_line, current_model, input_tokens, literal, section, slider
-
 
 st.title("Patterns and messages")
 prose(
@@ -37,7 +42,7 @@ with controls():
 
 
 def regrouping() -> None:
-    reg = section(patterns.regrouping, key, model, ids, layer, head)
+    reg = compute(patterns.regrouping, model, ids, layer, head, key=key)
     st.markdown(check_line(f"A (V W_O) of each of layer {layer}'s {cfg.n_heads} heads against the per-head results the "
                            "model computed as ((A V) W_O) in its own forward pass", reg.check))
     prose(f"n = {len(ids)} positions, d_head = {cfg.d_head}, d_model = {cfg.d_model}. Matrix products associate, so "
@@ -57,7 +62,7 @@ def regrouping() -> None:
 
 
 def rank() -> None:
-    ranks = section(patterns.ranks, key, model, layer, head)
+    ranks = compute(patterns.ranks, model, layer, head, key=key)
     for name, value in ranks.ranks.items():
         record(f"rank of {name}", str(value))
     ov = next(name for name in ranks.ranks if "W_O" in name)
@@ -94,14 +99,14 @@ def rank() -> None:
 
 
 def only_products() -> None:
-    nonu = section(patterns.non_uniqueness, key, model, ids, layer, head, st.session_state["seed"])
+    nonu = compute(patterns.non_uniqueness, model, ids, layer, head, st.session_state["seed"], key=key)
     st.markdown("With a random invertible R (d_head × d_head, from the sidebar's seed), in float64:\n"
                 f"- {check_line('The pattern after W_Q R, W_K R⁻ᵀ against the pattern', nonu.pattern)}\n"
                 f"- {check_line('The messages after W_V R, R⁻¹ W_O against the messages', nonu.messages)}")
 
 
 def pattern_matching() -> None:
-    scores = section(patterns.scores, key, model, ids, layer, head)
+    scores = compute(patterns.scores, model, ids, layer, head, key=key)
     st.markdown(check_line("Scores recomputed as x_i W_QK x_jᵀ / √d_head (with the query and key biases) against "
                            "the model's cached scores", scores.check))
     prose("Rows are queries (destinations), columns keys (sources); above the diagonal a position would look ahead, "
@@ -130,7 +135,7 @@ def pattern_matching() -> None:
 def message_passing() -> None:
     st.markdown(f"Into position **{dest}** ('{literal(labels[dest])}'), layer {layer}, head {head}: each earlier "
                 "position's message, weighted by the attention it gets.")
-    msgs = section(patterns.messages, key, model, ids, layer, head, dest)
+    msgs = compute(patterns.messages, model, ids, layer, head, dest, key=key)
     frame = pd.DataFrame({"source": [f"{j}: {labels[j]}" for j in range(dest + 1)],
                           "attention weight": np.round(msgs.weights, 4), "‖message‖": np.round(msgs.norms, 3),
                           "tokens it pushes most (via W_U)": [", ".join(data.token_labels(model.tokenizer, t))

@@ -4,10 +4,16 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom.experiments import compute
+from classroom.layout import beside, figure, prose, show, source, table
+from classroom.part import record
+from classroom.questions import exercise, predict
+from classroom.session import current_model, input_tokens
+from classroom.slides import controls
+from classroom.text import check_line, literal
+from classroom.widgets import selectbox, slider
 from mechlib import data, figures, residual
 from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX
-from sections import beside, controls, exercise, figure, predict, prose, record, show, source, table
-from shell import check_line, current_model, input_tokens, literal, section, selectbox, slider
 
 
 def names(model, tokens) -> list[str]:
@@ -40,7 +46,7 @@ boundary_names = ["the embeddings"] + [f"after block {b}" for b in range(cfg.n_l
 
 def the_ledger() -> None:
     st.markdown(f"At position **{position}** ('{literal(labels[position])}'):")
-    book = section(residual.ledger_at, key, model, ids, position)
+    book = compute(residual.ledger_at, model, ids, position, key=key)
     terms = f"The sum of the {len(book.labels)} terms" if len(book.labels) > 1 else "The only term"
     lines = [check_line(f"{terms} read through {readout}, against the logits of a separate forward pass at all "
                         f"{len(ids)} positions", book.check.logits)]
@@ -75,7 +81,7 @@ def the_ledger() -> None:
 
 
 def through_depth() -> None:
-    stream = section(residual.depth, key, model, ids)
+    stream = compute(residual.depth, model, ids, key=key)
     if len(stream.components) > 1 and not predict(
             "depth", f"Averaged over these {len(ids)} positions, which component writes the most into the stream?",
             stream.components, [stream.largest],
@@ -95,7 +101,7 @@ def through_depth() -> None:
 
 
 def logit_lens() -> None:
-    lens = section(residual.lens, key, model, ids, position)
+    lens = compute(residual.lens, model, ids, position, key=key)
     last = f"after block {cfg.n_layers - 1}" if cfg.n_layers else "the embeddings: there are no blocks"
     st.markdown(check_line(f"The last row ({last}) read through {readout}, against the logits of a separate "
                            f"model(tokens) call at all {len(ids)} positions", lens.check))
@@ -121,13 +127,13 @@ def logit_lens() -> None:
 
 def attribution() -> None:
     left, right = st.columns(2)
-    candidates = section(residual.lens, key, model, ids, position).candidates
+    candidates = compute(residual.lens, model, ids, position, key=key).candidates
     with left:
         token = selectbox("token", candidates, "dla_token", lambda t: names(model, [t])[0])
     with right:
         other = selectbox("against", [None] + candidates, "dla_other",
                           lambda t: "—" if t is None else names(model, [t])[0])
-    dla = section(residual.attribution, key, model, ids, position, token, other)
+    dla = compute(residual.attribution, model, ids, position, token, other, key=key)
     what = f"the logit of '{names(model, [token])[0]}'"
     what += f" minus that of '{names(model, [other])[0]}'" if other is not None else ""
     st.markdown(check_line("The shares add up to the logit of a separate forward pass", dla.check))
@@ -160,7 +166,7 @@ def attribution() -> None:
 
 
 def subspaces() -> None:
-    sub = section(residual.subspaces, key, model)
+    sub = compute(residual.subspaces, model, key=key)
     room = (f"together the {len(sub.labels)} heads could write {sub.written} dimensions, "
             + (f"which fit in the {cfg.d_model}-dimensional stream, so they could all be orthogonal."
                if sub.room else f"more than the stream's {cfg.d_model}, so they cannot all be orthogonal."))

@@ -7,13 +7,18 @@ import time
 import streamlit as st
 
 from classroom import activity, pages, training_queue, workers
+from classroom.admission import MEMORY, BudgetError, require_budget
+from classroom.experiments import compute
+from classroom.layout import beside, figure, prose, show
+from classroom.part import record
+from classroom.questions import answer_line, ask
+from classroom.session import add_session_model, session_id
+from classroom.text import literal
+from classroom.widgets import select_slider, slider
 from mechlib import data, figures, induction, train, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
-from classroom.admission import MEMORY, BudgetError, require_budget
 from mechlib.io import CheckpointError
-from sections import answer_line, ask, beside, figure, prose, record, show
-from shell import add_session_model, literal, section, select_slider, session_id, slider
 
 PRESET = train.INDUCTION_PRESET
 
@@ -141,7 +146,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
         return
     preset = task == PRESET.name
     digest, shared = zoo.from_checkpoint(model)
-    circuit = section(induction.induction_circuit, ("session", digest), shared) if preset else None
+    circuit = compute(induction.induction_circuit, shared, key=("session", digest)) if preset else None
     st.session_state["last_trained"] = {"label": label, "history": history, "seconds": seconds, "last": reports[-1],
                                         "length": length, "preset": preset, "circuit": circuit, "code": code}
     if preset:  # the Circuits page's two-layer section opens on this model (the sidebar selects it)

@@ -10,7 +10,6 @@ prints the median of each, the ratio, and the largest logit difference. Goals: t
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time

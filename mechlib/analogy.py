@@ -104,7 +104,7 @@ def _forward_mb(batch: int) -> float:
     return sum(model.cfg.estimate_mb(batch) for model in _models())
 
 
-@costs(lambda ids: _forward_mb(1))
+@costs(lambda ids: _forward_mb(1), "both models on these tokens")
 @torch.inference_mode()
 def side_by_side(ids: tuple[int, ...]) -> SideBySide:
     """Both models on the same tokens: the LSTM's cell and gates, the transformer's stream, patterns and messages."""
@@ -163,7 +163,7 @@ class SeparatingTest:
     transformer_wins: bool           # the transformer predicts the second occurrence better (not a tie)
 
 
-@costs(lambda length, seed: _forward_mb(TEST_BATCH))
+@costs(lambda length, seed: _forward_mb(TEST_BATCH), "the separating test")
 @torch.inference_mode()
 def separating_test(length: int, seed: int) -> SeparatingTest:
     """Loss at each position of TEST_BATCH repeated random sequences (segment ``length``), for both models."""
@@ -185,7 +185,7 @@ class Heldout:
     text: Ranking
 
 
-@costs(lambda: _forward_mb(loss.HELDOUT_BATCH))
+@costs(lambda: _forward_mb(loss.HELDOUT_BATCH), "both models on the held-out text")
 @torch.inference_mode()
 def heldout() -> Heldout:
     """Both models' next-token loss on the held-out built-in text."""

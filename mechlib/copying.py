@@ -117,7 +117,8 @@ def compare(models: dict[str, Transformer | LSTM], seed: int) -> Controls:
                     one_layer_earlier=abs(s["one layer"] - earlier) <= EARLIER_MARGIN)
 
 
-@costs(lambda seed: sum(zoo.load(name).cfg.estimate_mb(CONTROL_BATCH) for name in CONTROLS.values()))
+@costs(lambda seed: sum(zoo.load(name).cfg.estimate_mb(CONTROL_BATCH) for name in CONTROLS.values()),
+       "the copying task's three models")
 def controls(seed: int) -> Controls:
     """``compare`` on the shipped zoo models of ``CONTROLS``, trained by one recipe for the same number of steps."""
     return compare({role: zoo.load(name) for role, name in CONTROLS.items()}, seed)

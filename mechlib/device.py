@@ -40,12 +40,13 @@ def to_numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().cpu().numpy()
 
 
-def costs(estimate_mb: Callable[..., float]) -> Callable[[Callable], Callable]:
+def costs(estimate_mb: Callable[..., float], what: str | None = None) -> Callable[[Callable], Callable]:
     """Declare an experiment's memory in MB, from the arguments it is called with (``model, *args``, or the sizes
     and seed of one that builds its own models), so that a caller can know it before running it (``experiment_mb``):
-    a server holds it under its budget; mechlib itself refuses nothing for its size."""
+    a server holds it under its budget; mechlib itself refuses nothing for its size. ``what`` names the computation
+    in a sentence ("this attention layer would need about 140 MB…")."""
     def declare(experiment: Callable) -> Callable:
-        experiment.estimate_mb = estimate_mb
+        experiment.estimate_mb, experiment.what = estimate_mb, what
         return experiment
     return declare
 

@@ -178,7 +178,7 @@ def _lookups(d_vocab: int, d_model: int, seed: int, tokens: tuple[tuple[int, ...
 
 
 @costs(lambda batch, seq, d_vocab, d_model, n_heads, seed, dtype="float32", position=0, memory_mb=math.inf:
-       peak_mb(batch, seq, d_vocab, d_model, n_heads, memory_mb))
+       peak_mb(batch, seq, d_vocab, d_model, n_heads, memory_mb), "this attention layer")
 @torch.inference_mode()
 def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: int,
         dtype: str = "float32", position: int = 0, memory_mb: float = math.inf) -> EquivalenceResult:

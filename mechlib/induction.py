@@ -307,7 +307,7 @@ def snapshot(model: Transformer, seed: int) -> Snapshot:
     return Snapshot(_example_patterns(model, seed), best["prev_token"], best["induction"])
 
 
-@costs(lambda name, step, seed: zoo.load(name).cfg.estimate_mb(SCORE_BATCH))
+@costs(lambda name, step, seed: zoo.load(name).cfg.estimate_mb(SCORE_BATCH), "this checkpoint's heads")
 def snapshot_at(name: str, step: int, seed: int) -> Snapshot:
     """``snapshot`` of the zoo model ``name`` as it was at training step ``step`` (one of its shipped checkpoints)."""
     return snapshot(zoo.load_snapshot(name, step), seed)
@@ -341,7 +341,7 @@ class PhaseChange:
         return next(i for i, (first, last) in enumerate(self.bins(n)) if first <= after <= last)
 
 
-@costs(lambda name: zoo.load(name).cfg.estimate_mb(max(SCORE_BATCH, ICL_BATCH)))
+@costs(lambda name: zoo.load(name).cfg.estimate_mb(max(SCORE_BATCH, ICL_BATCH)), "scoring every checkpoint")
 @torch.inference_mode()
 def phase_change(name: str) -> PhaseChange:
     """Score every shipped checkpoint of the zoo model ``name``."""

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mechlib import bigrams, circuits, copying, induction, io, zoo
+from mechlib import bigrams, copying, induction, io, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig
 from mechlib.data import CopyingTask, Data, Tokenizer, training_data

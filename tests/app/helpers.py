@@ -5,7 +5,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from sections import export_key
+from classroom.exports import export_key
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -34,7 +34,7 @@ def open_exports(at: AppTest) -> AppTest:
     return at
 
 
-# shell.check_line, as every page writes it: (max |difference|, scaled, tolerance, colour, mark)
+# classroom.text.check_line, as every page writes it: (max |difference|, scaled, tolerance, colour, mark)
 CHECK_LINE = re.compile(r": max \|difference\| \*\*([-+.e\d]+)\*\*, scaled \*\*([-+.e\d]+)\*\* against a "
                         r"tolerance of \*\*([-+.e\d]+)\*\* · max\(1, \|reference\|\) — :(green|red)\[\*\*(✓ pass|✗ FAIL)\*\*\]")
 

@@ -51,7 +51,7 @@ def assert_my_model_survived(at: AppTest) -> None:
 
 
 def plain(markdown: str) -> str:
-    """Text shown through ``shell.literal``, its backslash escapes removed: what the student reads."""
+    """Text shown through ``classroom.text.literal``, its backslash escapes removed: what the student reads."""
     return re.sub(r"\\(.)", r"\1", markdown)
 
 

@@ -9,7 +9,7 @@ from mechlib.config import ModelConfig
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 from classroom.store import STORE, short_id
-from shell import literal
+from classroom.text import literal
 from tests.app.helpers import APP, shown_checks
 
 

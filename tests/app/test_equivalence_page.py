@@ -296,5 +296,5 @@ def test_a_run_over_the_budget_is_refused_before_it_starts_naming_the_layer(monk
     monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "50")  # the seed sizes' W_E alone is 102 MB
     at = open_page("app_pages/equivalence.py")
     assert [e.value for e in at.error] == [
-        f"this attention layer would need about {equivalence.peak_mb(1, 20, 50_000, 512, 8):,.0f} MB, above this "
-        "server's budget of 50 MB per request; choose smaller sizes"]
+        f"this attention layer would need about {equivalence.peak_mb(1, 20, 50_000, 512, 8, 50):,.0f} MB, above "
+        "this server's budget of 50 MB per request; choose smaller sizes."]  # its one-hot checks left out: 117 MB

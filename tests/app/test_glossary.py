@@ -1,9 +1,9 @@
-"""Glossary tooltips (classroom.glossary's terms, drawn by sections.with_tooltips): the first occurrence of a term becomes an <abbr>, code and maths are left alone."""
+"""Glossary tooltips (classroom.glossary's terms, drawn by classroom.layout.with_tooltips): the first occurrence of a term becomes an <abbr>, code and maths are left alone."""
 
 import html
 
 from classroom.glossary import TERMS
-from sections import with_tooltips
+from classroom.layout import with_tooltips
 
 
 def test_the_first_occurrence_gets_the_definition_and_later_ones_stay_plain():

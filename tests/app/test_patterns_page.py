@@ -128,7 +128,7 @@ def test_the_regrouping_and_rank_answers_follow_the_model():
 
 def test_where_a_position_looks_is_revealed_from_the_live_pattern():
     from mechlib import data, patterns, zoo
-    from shell import DEFAULT_PROMPT
+    from classroom.session import DEFAULT_PROMPT
 
     model = zoo.load("gelu-2l")
     ids = data.prompt_ids(model.tokenizer, DEFAULT_PROMPT, model.cfg.n_ctx).ids

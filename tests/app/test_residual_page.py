@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from mechlib import data, residual, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
-from shell import DEFAULT_PROMPT
+from classroom.session import DEFAULT_PROMPT
 from tests.app.helpers import open_page, open_page_with_model, reveal, shown_checks
 
 
@@ -96,15 +96,15 @@ def test_zero_layer_model_is_checked_against_the_logits():
 def test_the_ledger_grid_is_as_tall_as_its_terms(monkeypatch):
     """attn-only-0l's ledger has one term: a grid of a fixed 420 px drew it above a column of empty rows. The grid
     takes the height of its rows, one term or many."""
-    import sections
+    from classroom import layout
 
-    real, heights = sections.table, {}
+    real, heights = layout.table, {}
 
     def recording(frame, name, *args, **options):
         heights[name] = (len(frame), options.get("height", "auto"))
         real(frame, name, *args, **options)
 
-    monkeypatch.setattr(sections, "table", recording)
+    monkeypatch.setattr(layout, "table", recording)
     page(model="attn-only-0l")
     assert heights["ledger"] == (1, "content")
 

@@ -6,7 +6,7 @@ from collections import OrderedDict
 import pytest
 
 from classroom import timings
-from mechlib.device import budget_mb
+from classroom.admission import budget_mb
 
 
 @pytest.fixture(autouse=True)

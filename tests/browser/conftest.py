@@ -5,7 +5,6 @@ Where Chromium or Playwright is missing the browser tests skip with the reason; 
 """
 
 import os
-import shutil
 import socket
 import subprocess
 import sys

@@ -1,13 +1,11 @@
 """Figure builders: the data drawn is the data given, labelled, at a size that fits its text."""
 
 import math
-import re
 
 import numpy as np
 import plotly.graph_objects as go
-import pytest
 
-from mechlib import export, figures
+from mechlib import figures
 
 
 def test_wo_blocks_draws_one_block_per_head_at_its_rows():
@@ -164,19 +162,3 @@ def test_a_composition_heatmap_is_sized_by_its_cells():
     natural = one.layout.width
     assert figures.fit_width(go.Figure(one), 1100).layout.width == natural  # the page keeps it small
     assert figures.fit_width(figures.for_slides(one), 1100).layout.width <= 1100 / 2  # on a slide too, type and all
-
-
-def colour_bar_ticks(svg: bytes) -> tuple[list[float], float]:
-    """(y of each colour-bar tick label, their font size in px) in a plotly SVG."""
-    bar = re.search(r'<g class="cbaxis.*?</g></g>', svg.decode())[0]
-    labels = re.findall(r"<text[^>]*>", bar)
-    ys = sorted(float(re.search(r"translate\(0,([-\d.]+)\)", label)[1]) for label in labels)
-    return ys, float(re.search(r"font-size: ([\d.]+)px", bar)[1])
-
-
-def test_a_three_row_depth_heatmaps_colour_bar_ticks_stay_apart(chromium):
-    norms = np.array([np.linspace(1, 3, 16), np.linspace(10, 30, 16), np.linspace(20, 45, 16)])  # [boundary, pos]
-    fig = figures.depth_heatmap(norms, [f"tok{i}" for i in range(16)])
-    for shown in (figures.fit_width(go.Figure(fig), 462), figures.fit_width(figures.for_slides(fig), 1100)):
-        ys, size = colour_bar_ticks(export.svg(shown))
-        assert len(ys) >= 2 and min(np.diff(ys)) >= 1.2 * size, (ys, size)

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from mechlib import bigrams, circuits, copying, induction, train, zoo
+from mechlib import bigrams, copying, induction, train, zoo
 from mechlib.data import builtin_text
 
 MB = 1e6

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from mechlib import export
+from classroom import export
 
 
 @pytest.fixture

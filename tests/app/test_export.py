@@ -4,6 +4,7 @@ Tests that render need Chromium (the ``chromium`` fixture, tests/unit/conftest.p
 """
 
 import io
+import re
 import struct
 import threading
 import zipfile
@@ -15,7 +16,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from mechlib import export, figures
+from classroom import export
+from mechlib import figures
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NO_CHROMIUM = "PNG and SVG export need Chromium (Debian: apt-get install chromium); none was found"
@@ -169,3 +171,19 @@ def test_an_export_that_waits_too_long_for_the_browser_is_refused(monkeypatch):
     with export._lock:  # another student's figure is being drawn
         with pytest.raises(export.ExportError, match=r"^the server has been drawing other students' figures"):
             export.svg(bar())
+
+
+def colour_bar_ticks(svg: bytes) -> tuple[list[float], float]:
+    """(y of each colour-bar tick label, their font size in px) in a plotly SVG."""
+    bar = re.search(r'<g class="cbaxis.*?</g></g>', svg.decode())[0]
+    labels = re.findall(r"<text[^>]*>", bar)
+    ys = sorted(float(re.search(r"translate\(0,([-\d.]+)\)", label)[1]) for label in labels)
+    return ys, float(re.search(r"font-size: ([\d.]+)px", bar)[1])
+
+
+def test_a_three_row_depth_heatmaps_colour_bar_ticks_stay_apart(chromium):
+    norms = np.array([np.linspace(1, 3, 16), np.linspace(10, 30, 16), np.linspace(20, 45, 16)])  # [boundary, pos]
+    fig = figures.depth_heatmap(norms, [f"tok{i}" for i in range(16)])
+    for shown in (figures.fit_width(go.Figure(fig), 462), figures.fit_width(figures.for_slides(fig), 1100)):
+        ys, size = colour_bar_ticks(export.svg(shown))
+        assert len(ys) >= 2 and min(np.diff(ys)) >= 1.2 * size, (ys, size)

@@ -1,0 +1,45 @@
+"""The one door every page's mechlib experiment goes through: cached server-wide on plain values, its memory
+estimate and expected time stated before it runs, the estimate held under the server's budget, and its call recorded
+for the part's "Reproduce in Python"."""
+
+from collections.abc import Callable
+
+import streamlit as st
+
+from classroom import part, timings
+from classroom.admission import MEMORY, BudgetError
+from mechlib.device import experiment_mb
+
+__all__ = ["compute"]
+
+
+def compute(experiment: Callable, *args, key: tuple | None = None):
+    """``experiment(*args)`` from mechlib, cached server-wide on plain values: the experiment's name and its
+    arguments, the model among them (``args[0]``, when ``key`` names it: ``session.current_model``'s key) replaced
+    by its key, never the model itself. While it computes, the spinner states its memory estimate (``experiment_mb``:
+    its declared ``costs``, else the model's forward) against the budget and its expected time (``timings``); the
+    estimate is held under the server-wide budget (``MEMORY``). One over the budget, or that finds no room in time,
+    stops the part with the server's message, naming what it computes, before it starts."""
+    part.record_call(experiment, key, args)
+    mb = experiment_mb(experiment, *args)
+    model, plain = (args[0], args[1:]) if key is not None else (None, args)
+    try:
+        with st.spinner(timings.cost_line(mb, timings.expected(_name(experiment), key, mb))):
+            return _cached(_name(experiment), key, experiment, model, plain, mb)
+    except BudgetError as error:
+        st.error(f"{error}.")
+        st.stop()
+
+
+def _name(experiment: Callable) -> str:
+    return f"{experiment.__module__}.{experiment.__qualname__}"
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _cached(name: str, key: tuple | None, _experiment: Callable, _model, args: tuple, _mb: float):
+    """Keyed on the experiment's name, the model's key and the arguments. On a cache miss only: hold the estimate
+    under the budget and time the computation (``timings``: under the model's key, or the arguments of an experiment
+    that builds its own models)."""
+    what = getattr(_experiment, "what", None) or f"{_experiment.__name__} on this model"
+    with MEMORY.hold(_mb, what), timings.timed(name, key if key is not None else args, _mb):
+        return _experiment(*args) if key is None else _experiment(_model, *args)

@@ -1,0 +1,100 @@
+"""Questions a student answers before the live result reveals the answer: predict-then-reveal, predict-then-run and
+exercises, each graded by the rule its reveal states, its evidence drawn only once revealed (or in reading mode)."""
+
+from collections.abc import Collection
+
+import streamlit as st
+
+from classroom import part, slides
+from classroom.slides import presenting, reading
+
+
+def _question_box():
+    """A bordered box for a question, in the part's place for questions: before the evidence that answers it. In
+    presentation mode it is a slide of its own, with its answer once revealed; the evidence follows on the next
+    slides. Reading mode folds it, since the evidence is drawn anyway."""
+    where = getattr(part.RUN, "questions", None) or st.container()
+    if reading():
+        return where.expander("Predict, then reveal", icon=":material/quiz:")
+    return (slides.place(where) if presenting() else where).container(border=True)
+
+
+
+def _asked(key: str, question: str, options: list[str]) -> bool:
+    """Whether the question ``key`` is revealed; a new question under that key (other settings, another model)
+    starts unrevealed and unanswered, so its evidence is hidden again and an earlier guess is not graded on it."""
+    asked = (question, tuple(options))
+    if st.session_state.get(f"asked {key}") != asked:
+        st.session_state[f"asked {key}"] = asked
+        st.session_state[f"reveal {key}"] = False
+        for guess in (f"guess {key}", f"predict {key}", f"exercise {key}"):
+            st.session_state.pop(guess, None)
+    return st.session_state[f"reveal {key}"]
+
+
+
+def _reveal_button(key: str, label: str) -> bool:
+    """The teacher's Reveal, as visible as the question; once revealed, a quiet button hides the answer again."""
+    def flip(to: bool) -> None:
+        st.session_state[f"reveal {key}"] = to
+
+    revealed = st.session_state[f"reveal {key}"]
+    st.button("Hide the answer" if revealed else label, key=f"reveal button {key}", on_click=flip, args=(not revealed,),
+              type="tertiary" if revealed else "primary", icon=None if revealed else ":material/visibility:")
+    return revealed
+
+
+
+def predict(key: str, question: str, options: list[str], accepted: Collection[str], why: str) -> bool:
+    """Predict, then reveal. ``accepted`` is the set of options that the rule the reveal states computes on this
+    run (every head the ablation breaks, the bin holding the value), so the grading follows the model and the
+    sizes. Returns whether the evidence that answers the question may be drawn: once it is revealed, or at once in
+    reading mode (the question folded above it)."""
+    assert accepted and set(accepted) <= set(options), (accepted, options)
+    revealed = _asked(key, question, options)
+    with _question_box():
+        st.markdown(f"**Predict, then reveal.** {question}")
+        kept = st.session_state.get(f"guess {key}")
+        if revealed and presenting():  # a revealed slide keeps its room for the evidence: the options fold away
+            guess = kept if kept in options else None
+        else:
+            guess = st.radio("your prediction", options, options.index(kept) if kept in options else None,
+                             key=f"predict {key}", horizontal=True)
+            st.session_state[f"guess {key}"] = guess
+        if _reveal_button(key, "Reveal the answer"):
+            st.markdown(answer_line(guess, accepted, why))
+            revealed = True
+    return revealed or reading()
+
+
+
+def answer_line(guess: str | None, accepted: Collection[str], why: str) -> str:
+    """The revealed answer: every accepted option, the student's guess graded against them, and the reason."""
+    mark = ("" if guess is None else " :green[**✓ as you predicted**]" if guess in accepted
+            else " :red[**✗ not what you predicted**]")
+    return f"This run: **{', '.join(accepted)}**{mark}. {why}"
+
+
+
+def ask(key: str, question: str, options: list[str]) -> str | None:
+    """A prediction asked before the run that answers it (the Train page's): the guess, for ``answer_line`` once
+    the run is done."""
+    with _question_box():
+        st.markdown(f"**Predict, then run.** {question}")
+        return st.radio("your prediction", options, index=None, key=f"predict {key}", horizontal=True)
+
+
+
+def exercise(key: str, task: str, options: list[str], correct: Collection[str], why: str) -> bool:
+    """An exercise with a checked answer: ``correct`` is computed from the live model, so the check follows it.
+    Returns whether the evidence that answers it may be drawn: once the answer is shown, or in reading mode."""
+    revealed = _asked(key, task, options)
+    with _question_box():
+        st.markdown(f"**Exercise.** {task}")
+        answer = st.selectbox("your answer", options, index=None, key=f"exercise {key}", placeholder="choose…")
+        if answer is not None:
+            st.markdown(":green[**✓ right**]" if answer in correct else ":red[**✗ not this one: try again**]")
+        if _reveal_button(key, "Show the answer"):
+            st.markdown(f"**{', '.join(correct) or 'none here'}**. {why}")
+            revealed = True
+    return revealed or reading()

@@ -1,0 +1,151 @@
+"""This session: its id and its browser's, whether it is the teacher's, its trained and uploaded models, the model
+the sidebar chose, and the tokens a page studies."""
+
+import hashlib
+import ipaddress
+import uuid
+
+import streamlit as st
+
+from classroom.admission import MEMORY
+from classroom.store import STORE, short_id
+from mechlib import data, zoo
+from mechlib.checks import UNK_SHARE_MAX
+from mechlib.config import ModelConfig
+from mechlib.model import Transformer
+
+SESSION_MODELS = 8  # trained or uploaded models a session lists; the oldest goes first
+
+
+
+def session_id() -> str:
+    """This session, to the server's shared things: its place in the training queue, its share of the store."""
+    return st.session_state.setdefault("session_id", uuid.uuid4().hex)
+
+
+
+def browser_id() -> str:
+    """This browser, to the store's share: its tabs share the token inside Streamlit's XSRF cookie, so ten tabs
+    get one share, not ten. A client without it (a script, a test harness) is its session."""
+    token = _xsrf_token(st.context.cookies.get("_streamlit_xsrf"))
+    return "browser " + hashlib.sha256(token).hexdigest()[:20] if token else "session " + session_id()
+
+
+
+def _xsrf_token(cookie: object) -> bytes | None:
+    """The browser's token in the XSRF cookie, "2|mask|masked token|time" (Tornado's format; the mask is new on
+    every page load, the token is the browser's), or None."""
+    parts = cookie.split("|") if isinstance(cookie, str) else []
+    try:
+        mask, masked = bytes.fromhex(parts[1]), bytes.fromhex(parts[2])
+    except (IndexError, ValueError):
+        return None
+    if parts[0] != "2" or not mask:
+        return None
+    return bytes(byte ^ mask[i % len(mask)] for i, byte in enumerate(masked))
+
+
+
+def teacher() -> bool:
+    """A browser on the server's own machine: the teacher's, who started the server, and may pin models for a
+    lesson (students reach the server over the network)."""
+    ip = st.context.ip_address
+    if ip is None:  # Streamlit's word for a browser on localhost
+        return bool(st.context.headers)
+    if not isinstance(ip, str):  # a test harness's stand-in: no browser, no teacher
+        return False
+    address = ipaddress.ip_address(ip)  # "::ffff:127.0.0.1" from a dual-stack socket
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
+
+
+
+def add_session_model(kind: str, name: str, data: bytes, pin: bool = False) -> str:
+    """Keep a trained or uploaded checkpoint in the server's store under a short id (validated there; raises
+    ``CheckpointError``), so a link to it works in any session until it expires, and list it in this session;
+    the sidebar selects it on the next run (a widget's value cannot change after it is drawn). The session
+    keeps the bytes as well, so its own models survive the store and the model cache evicting them.
+    Returns the model's label, "trained k3q7m2xa4rbt5wzd: <name>": links need only its kind and id, and a
+    session that opens one without a name (``name=""``) lists the model under the label it was first stored
+    with. ``pin`` keeps it in the store while the server runs (the preset's result: the lesson's links name it)."""
+    stored = STORE.put(kind, name, data, browser_id())
+    if pin:
+        STORE.pin(short_id(data))
+    label = f"{kind} {short_id(data)}: {name}" if name else stored.label
+    models = st.session_state.setdefault("session_models", {})
+    models.pop(label, None)
+    models[label] = data
+    while len(models) > SESSION_MODELS:
+        models.pop(next(iter(models)))
+    st.session_state["select_model"] = label
+    return label
+
+
+
+def session_model(label: str) -> Transformer:
+    """This session's model ``label``: from the shared cache, or validated again from its bytes."""
+    return zoo.from_checkpoint(st.session_state["session_models"][label])[1]
+
+
+
+DEFAULT_PROMPT = "the class of an object is its type . the class of an object is"
+
+
+
+def current_model() -> tuple[tuple, Transformer]:
+    """(a plain key for caches, the shared read-only model) of the sidebar's choice."""
+    choice = st.session_state.get("model_choice")
+    if choice is None:
+        st.error("Choose a model in the sidebar.")
+        st.stop()
+    if choice[0] == "zoo":
+        return choice, zoo.load(choice[1])
+    if choice[0] == "random":
+        cfg = ModelConfig.from_json(choice[1])
+        return choice, zoo.random_model(cfg, lambda: MEMORY.hold(cfg.estimate_mb(batch=0), f"a model of {cfg.n_params():,} parameters"))
+    digest, model = zoo.from_checkpoint(st.session_state["session_models"][choice[1]])
+    return ("session", digest), model
+
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _examples(tokenizer_json: str, n_ctx: int) -> list[str]:
+    return data.covered_prompts(data.tokenizer_from_json(tokenizer_json), 5, (8, min(40, n_ctx - 1)))
+
+
+
+INPUTS = ("prompt", "random tokens", "repeated random tokens")
+
+
+
+def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
+    """The tokens a page studies: a typed prompt (with <bos> first, cut to the context with a notice, and a
+    warning when many words are unknown; example prompts offered are ones the vocabulary covers), random tokens
+    from the sidebar's seed, or a random segment from the seed and the segment again (the input on which
+    induction heads show). Returns the ids and a readable label per position."""
+    tokenizer, n_ctx = model.tokenizer, model.cfg.n_ctx
+    kinds = INPUTS if tokenizer else INPUTS[1:]
+    kind = st.radio("input", kinds, 0, key="input", bind="query-params", horizontal=True,
+                    help=None if tokenizer else "This model has no tokenizer, so it reads token ids.")
+    if kind == "prompt":
+        examples = _examples(tokenizer.to_json(), n_ctx)
+
+        def use_example() -> None:
+            st.session_state["prompt"] = st.session_state["example"]
+
+        st.selectbox("examples whose every token this model knows", examples, None, key="example",
+                     on_change=use_example, placeholder="choose one to replace the prompt…")
+        text = st.text_input("prompt", DEFAULT_PROMPT, key="prompt", bind="query-params", max_chars=2000)
+        prompt = data.prompt_ids(tokenizer, text, n_ctx)
+        if prompt.full_length > n_ctx:
+            st.info(f"The prompt is {prompt.full_length:,} tokens with <bos>; this model reads at most {n_ctx}, "
+                    f"so only the first {n_ctx} are used.")
+        if prompt.unknown_share > UNK_SHARE_MAX:
+            st.warning(f"{prompt.unknown_share:.0%} of the prompt's tokens are <unk>: this model's vocabulary does not "
+                       "know them, so it reads them all as one token. Choose an example above, or use words from "
+                       "Python's documentation.")
+        ids = prompt.ids
+    elif kind == "random tokens":
+        ids = data.random_ids(model.cfg.d_vocab, min(n_ctx, 24), st.session_state["seed"])
+    else:
+        ids = data.repeated_random_ids(model.cfg.d_vocab, (min(n_ctx, 25) - 1) // 2, st.session_state["seed"])
+    return ids, data.token_labels(tokenizer, ids)

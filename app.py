@@ -176,7 +176,10 @@ def sidebar() -> None:
 
 freeze_libraries()
 warm_up()
-navigation = st.navigation(list(PAGE_FILES.values()))
+groups: dict[str, list[st.Page]] = {}
+for page in pages.PAGES:
+    groups.setdefault(page.group, []).append(PAGE_FILES[page.file])
+navigation = st.navigation(groups)
 with st.sidebar:
     sidebar()
 slides.chrome(next(page for page in PAGE_FILES if PAGE_FILES[page] is navigation))

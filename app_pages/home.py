@@ -12,8 +12,8 @@ def lesson_path() -> None:
     """Each step as a link that opens its page at its first stop, with its minutes and what the class does."""
     for number, step in enumerate(lessons.STEPS, 1):
         minutes = f"{step.class_minutes} min in class" if step.class_minutes else "lab only"
-        st.page_link(step.page, label=f"Step {number}: {step.topic} ({minutes}, {step.lab_minutes} min in the lab)",
-                     query_params=step.stops[0] or None, icon=":material/arrow_forward:")
+        st.page_link(step.pages[0], label=f"Step {number}: {step.topic} ({minutes}, {step.lab_minutes} min in the lab)",
+                     icon=":material/arrow_forward:")
         if not presenting():
             st.caption(f"{step.activity} Readings {', '.join(step.readings)}.")
 
@@ -51,6 +51,10 @@ else:
     )
 
     st.subheader("The pages")
+    group = ""
     for page in pages.PAGES[1:]:
+        if page.group != group:
+            group = page.group
+            st.markdown(f"**{group}**")
         st.page_link(page.file)
         st.caption(f"{page.teaches}. {page.runs_on}")

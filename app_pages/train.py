@@ -149,7 +149,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
     circuit = compute(induction.induction_circuit, shared, key=("session", digest)) if preset else None
     st.session_state["last_trained"] = {"label": label, "history": history, "seconds": seconds, "last": reports[-1],
                                         "length": length, "preset": preset, "circuit": circuit, "code": code}
-    if preset:  # the Circuits page's two-layer section opens on this model (the sidebar selects it)
+    if preset:  # Circuits: two layers opens on this model (the sidebar selects it)
         st.session_state[pages.circuits_model_key("attn-only-2l")] = pages.SIDEBARS_MODEL
     st.rerun()
 
@@ -282,8 +282,8 @@ def trained_last() -> None:
                  + "; ".join(c.missing) + ".")
         (st.success if c.found else st.warning)(stopped + found + " It is in the sidebar's model list for this session.")
         if c.found:
-            st.page_link(pages.CIRCUITS.file, label="Read its circuit on the Circuits page (two layers)",
-                         query_params={pages.CIRCUITS_PART: "two layers"}, icon=":material/arrow_forward:")
+            st.page_link(pages.CIRCUITS_TWO.file, label="Read its circuit on Circuits: two layers",
+                         icon=":material/arrow_forward:")
     else:
         st.success(f"Final loss {final['loss']:.3f} nats/token, second-repeat loss {final['repeat_loss']:.3f}"
                    f"{' · ' + scores if scores else ''}. Training took {last['seconds']:.1f} s here "

@@ -44,7 +44,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ["equivalence", "patterns", "residual", "circuits", "lstm"]
+PAGES = ["equivalence", "patterns", "residual", "circuits-zero", "lstm"]  # circuits-zero: the old Circuits page's first part
 MOVES_PER_PAGE = 4
 THINK_S = (2.0, 5.0)
 ARRIVALS_S = (0.0, 30.0)  # students join over the first half minute, as a class does

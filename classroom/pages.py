@@ -1,6 +1,6 @@
 """Every page of the app, once: its file, title, icon and URL path, and what it teaches and runs on. Navigation
 (``app.py``), the start page, the lesson path and every page link read it; so do the URL keys one page sets on
-another (the Circuits page's part, and which model each of its parts reads)."""
+another (which model a Circuits page reads)."""
 
 from dataclasses import dataclass
 
@@ -15,6 +15,7 @@ class Page:
     url_path: str  # the page's own path in the address; "" for the start page, at /
     teaches: str   # the start page's line on it
     runs_on: str   # which model it computes on
+    group: str = ""  # the navigation's heading above it; "" for none
 
 
 SIDEBAR = "Runs on the model chosen in the sidebar."
@@ -31,27 +32,39 @@ PATTERNS = Page(
 RESIDUAL = Page(
     "app_pages/residual.py", "The residual stream", ":material/stacked_line_chart:", "residual",
     "every component reads the residual stream and adds to it; the logit lens and direct logit attribution", SIDEBAR)
-CIRCUITS = Page(
-    "app_pages/circuits.py", "Circuits", ":material/account_tree:", "circuits",
-    "zero-, one- and two-layer circuits, induction heads and how they form in training",
-    "Runs on a zoo model per section, or on the sidebar's model where it fits that section.")
+CIRCUITS_RUN_ON = "Runs on the zoo model it names, or on the sidebar's model where it fits."
+CIRCUITS_ZERO = Page(
+    "app_pages/circuits_zero.py", "Zero layers", ":material/table_chart:", "circuits-zero",
+    "zero-layer circuits: W_E W_U is a bigram table, beside the corpus's", CIRCUITS_RUN_ON, "Circuits")
+CIRCUITS_ONE = Page(
+    "app_pages/circuits_one.py", "One layer", ":material/call_split:", "circuits-one",
+    "one-layer circuits: a head's QK and OV circuits, skip-trigrams and copying", CIRCUITS_RUN_ON, "Circuits")
+CIRCUITS_TWO = Page(
+    "app_pages/circuits_two.py", "Two layers", ":material/account_tree:", "circuits-two",
+    "two-layer circuits: composition, virtual heads, and the induction circuit with the ablation that proves it",
+    CIRCUITS_RUN_ON, "Circuits")
+PHASE_CHANGE = Page(
+    "app_pages/circuits_phase.py", "The phase change", ":material/trending_up:", "phase-change",
+    "the phase change: induction heads forming during training, checkpoint by checkpoint",
+    "Runs on the training checkpoints of the zoo's `attn-only-2l`; the sidebar's model is not used.", "Circuits")
 LSTM = Page(
     "app_pages/lstm.py", "The LSTM analogy", ":material/memory_alt:", "lstm",
     "the LSTM analogy: cell state and residual stream, gates and patterns, and where it breaks",
     f"Runs on two zoo models trained on the same data, `{analogy.RNN}` and `{analogy.TRANSFORMER}`, and on the "
-    f"copying task's {', '.join(f'`{name}`' for name in copying.CONTROLS.values())}; the sidebar's model is not used.")
+    f"copying task's {', '.join(f'`{name}`' for name in copying.CONTROLS.values())}; the sidebar's model is not used.",
+    "Compare and train")
 TRAIN = Page(
     "app_pages/train.py", "Train a model", ":material/model_training:", "train",
     "train a small transformer here and study it on the other pages",
-    "Trains a new model, one click for an induction head drawn as it forms; its link works for the whole class.")
+    "Trains a new model, one click for an induction head drawn as it forms; its link works for the whole class.",
+    "Compare and train")
 
-PAGES = (HOME, EQUIVALENCE, PATTERNS, RESIDUAL, CIRCUITS, LSTM, TRAIN)  # in the navigation's order
+PAGES = (HOME, EQUIVALENCE, PATTERNS, RESIDUAL, CIRCUITS_ZERO, CIRCUITS_ONE, CIRCUITS_TWO, PHASE_CHANGE, LSTM,
+         TRAIN)  # in the navigation's order, each group's pages together
 
-CIRCUITS_PART = "section"  # the Circuits page's URL key for its part
-CIRCUITS_PARTS = ("zero layers", "one layer", "two layers", "the phase change")
-SIDEBARS_MODEL = "the sidebar's model"  # a Circuits part's model choice, beside its zoo model
+SIDEBARS_MODEL = "the sidebar's model"  # a Circuits page's model choice, beside its zoo model
 
 
 def circuits_model_key(zoo_name: str) -> str:
-    """The URL key of the Circuits part that reads the zoo model ``zoo_name`` by default: which model it reads."""
+    """The URL key of the Circuits page that reads the zoo model ``zoo_name`` by default: which model it reads."""
     return f"c_model_{zoo_name}"

@@ -58,7 +58,7 @@ def collect_garbage() -> None:
 @st.cache_resource(show_spinner=False)
 def warm_up() -> None:
     """Once per server process, in the background: the zero-layer section's best rank-d_model fit
-    (``bigrams.best_fit_kl``, 10–20 s of CPU), so the first student to open the Circuits page reads it from the
+    (``bigrams.best_fit_kl``, 10–20 s of CPU), so the first student to open Circuits: zero layers reads it from the
     process's cache instead of waiting for it (a student who comes sooner waits for this thread's result)."""
     model = zoo.load("attn-only-0l")
     threading.Thread(target=bigrams.best_fit_kl, args=(model.tokenizer.to_json(), model.cfg.d_model), daemon=False,

@@ -4,11 +4,15 @@ the sidebar chose, and the tokens a page studies."""
 import hashlib
 import ipaddress
 import uuid
+from collections.abc import Callable
 
 import streamlit as st
 
+from classroom import pages
 from classroom.admission import MEMORY
+from classroom.slides import controls
 from classroom.store import STORE, short_id
+from classroom.text import literal
 from mechlib import data, zoo
 from mechlib.checks import UNK_SHARE_MAX
 from mechlib.config import ModelConfig
@@ -149,3 +153,25 @@ def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
     else:
         ids = data.repeated_random_ids(model.cfg.d_vocab, (min(n_ctx, 25) - 1) // 2, st.session_state["seed"])
     return ids, data.token_labels(tokenizer, ids)
+
+
+def part_model(zoo_name: str, fits: Callable[[Transformer], bool], why: str) -> tuple[tuple, Transformer, str]:
+    """(cache key, model, name as Markdown) of a Circuits page's model: the zoo's ``zoo_name``, or the sidebar's
+    when the radio (its URL key ``pages.circuits_model_key``) chooses it and ``fits(model)``; else a note says
+    ``why`` not. The model's name is drawn once under the radio ("Reading …")."""
+    with controls():
+        choice = st.radio("model for this page", [f"zoo: {zoo_name}", pages.SIDEBARS_MODEL], index=0,
+                          key=pages.circuits_model_key(zoo_name), bind="query-params", horizontal=True)
+    key, model, name = ("zoo", zoo_name), zoo.load(zoo_name), zoo_name
+    if choice == pages.SIDEBARS_MODEL:
+        sidebar_key, sidebar_model = current_model()
+        if fits(sidebar_model):
+            if sidebar_model.tokenizer is None:
+                st.info("This model has no tokenizer: token tables use ids 2, 3, … instead of the most frequent tokens.")
+            kind, label = st.session_state["model_choice"]
+            key, model = sidebar_key, sidebar_model
+            name = {"random": "the sidebar's random model", "session": literal(label)}.get(kind, label)
+        else:
+            st.info(f"The sidebar's model does not fit this page ({why}); showing zoo: {zoo_name}.")
+    st.markdown(f"Reading **{name}**.")
+    return key, model, name

@@ -4,7 +4,7 @@ One row on top of every page holds the modes, the page's settings, Previous / pa
 view; one row under a part's heading holds its number, its notes and its export menu. A part is several slides:
 its question (with its answer, once revealed), then each figure, and each five rows of a table, with the part's
 lines of text under each, so that every slide has the screen's width and fits its height. Next walks the whole
-lesson path (``lessons.ROUTE``): every slide of a part, every part of a page, then the next stop's page. Type is
+lesson path (``lessons.ROUTE``): every slide of a part, every part of a page, then the lesson's next page. Type is
 sized for the back of a room.
 """
 
@@ -24,7 +24,6 @@ READ = "read"        # the URL's ?read=true: reading mode, every answer drawn at
 PART = "part"        # the URL key of the part shown in presentation mode
 SUB = "slide"        # the session's slide within that part
 COUNTS = "slide counts"  # part title -> how many slides it drew last (Next's callback runs before the part draws)
-FROM_END = "from the end"  # set by Previous into an earlier stop of the same page: open its last part
 TEXT_PX, HEADING_PX = 24, 36  # the least a slide's text and headings may be, read at the back of a room
 
 # Streamlit's own test ids and HTML elements, never its generated class names. The top row sits in the header's
@@ -108,7 +107,7 @@ def stage() -> DeltaGenerator:
 
 def finish() -> None:
     """After the page, in presentation mode: Previous and Next, drawn last so that they know how many slides the
-    part just drew (a reveal can add some); a page without parts gets them too, toward the lesson's stops."""
+    part just drew (a reveal can add some); a page without parts gets them too, toward the lesson's pages beside it."""
     if not presenting():
         return
     titles, counts = _run.titles, st.session_state.get(COUNTS, {})
@@ -135,22 +134,17 @@ def controls() -> Iterator[None]:
 # Previous / part / Next, through the lesson
 
 
-def _settings() -> dict:
-    return {key: st.session_state.get(key) for _, stop in lessons.ROUTE for key in stop}
-
-
-def _stop(page: str, by: int) -> tuple[str, dict[str, str]] | None:
-    """The lesson's next (``by`` = 1) or previous (-1) stop from the one ``page`` and the session's settings show;
-    the start page comes before the first stop. None past either end."""
-    here = lessons.stop_at(page, _settings())
+def _page_beside(page: str, by: int) -> str | None:
+    """The lesson's next (``by`` = 1) or previous (-1) page from ``page``; the start page, outside the lesson, comes
+    before its first page. None past either end."""
+    here = lessons.ROUTE.index(page) if page in lessons.ROUTE else None
     target = (0 if by > 0 else None) if here is None else here + by
     return lessons.ROUTE[target] if target is not None and 0 <= target < len(lessons.ROUTE) else None
 
 
-def _move(titles: list[str], by: int, page: str) -> None:
-    """Next (``by`` = 1) or Previous (-1) on ``page``: the part's next slide, else the next part, else the lesson's
-    next stop on this page (another of its settings). A callback: it runs before the next run's script, so the page
-    comes as an argument."""
+def _move(titles: list[str], by: int) -> None:
+    """Next (``by`` = 1) or Previous (-1) within the page: the part's next slide, else the next part. A callback:
+    it runs before the next run's script."""
     counts, part, sub = st.session_state.get(COUNTS, {}), st.session_state.get(PART), st.session_state.get(SUB, 0)
     index = titles.index(part) if part in titles else 0
     if 0 <= sub + by < counts.get(part, 1):
@@ -158,33 +152,27 @@ def _move(titles: list[str], by: int, page: str) -> None:
     elif 0 <= index + by < len(titles):
         st.session_state[PART] = titles[index + by]
         st.session_state[SUB] = counts.get(titles[index + by], 1) - 1 if by < 0 else 0
-    elif stop := _stop(page, by):
-        st.session_state.update(stop[1])
-        st.session_state[PART], st.session_state[SUB] = None, 0
-        st.session_state[FROM_END] = by < 0
 
 
 def _button(where: DeltaGenerator, by: int, titles: list[str], at_edge: bool) -> None:
-    """Previous or Next: a button within the page; at the page's edge, toward a stop on another page, a link to it
-    (a link keeps the link's settings, where the server may not rewrite bound ones), or disabled past the lesson."""
+    """Previous or Next: a button within the page; at the page's edge, a link to the lesson's page beside it, or
+    disabled past the lesson."""
     label, icon = ("Next", ":material/arrow_forward:") if by > 0 else ("Previous", ":material/arrow_back:")
-    stop = _stop(_run.page, by) if at_edge else None
-    if stop and stop[0] != _run.page:
-        where.page_link(stop[0], label=label, icon=icon, query_params=stop[1] or None, width="stretch")
+    beside = _page_beside(_run.page, by) if at_edge else None
+    if beside:
+        where.page_link(beside, label=label, icon=icon, width="stretch")
         return
-    where.button(label, icon=icon, on_click=_move, args=(titles, by, _run.page), width="stretch",
-                 type="primary" if by > 0 else "secondary", disabled=at_edge and stop is None)
+    where.button(label, icon=icon, on_click=_move, args=(titles, by), width="stretch",
+                 type="primary" if by > 0 else "secondary", disabled=at_edge)
 
 
 def navigation(titles: list[str]) -> int:
     """The select box of the page's parts (``part`` in the URL) in the top row, beside Previous and Next (drawn by
-    ``finish``); returns the chosen part's index. Arriving from another page (or from a later stop of this page,
-    by Previous) opens the first part (or the last)."""
+    ``finish``); returns the chosen part's index. Arriving from another page opens the first part."""
     _run.titles = titles
     if st.session_state.get(PART) not in titles:
         linked = st.query_params.get(PART)
-        st.session_state[PART] = linked if linked in titles else titles[-1 if st.session_state.pop(FROM_END, False)
-                                                                          else 0]
+        st.session_state[PART] = linked if linked in titles else titles[0]
         st.session_state[SUB] = 0
 
     def reset_slide() -> None:

@@ -304,7 +304,7 @@ def test_rapid_page_and_widget_changes_on_the_session_model():
     at = session_with_my_model()
     at.session_state["input"] = "random tokens"
     for page in ("app_pages/patterns.py", "app_pages/equivalence.py", "app_pages/residual.py",
-                 "app_pages/circuits.py", "app_pages/patterns.py"):
+                 "app_pages/circuits_one.py", "app_pages/circuits_two.py", "app_pages/patterns.py"):
         at.switch_page(page).run()
         assert not at.main.error, (page, [e.value for e in at.main.error])
         assert_my_model_survived(at)
@@ -421,7 +421,7 @@ def test_a_zero_layer_model_of_6000_tokens_is_refused_by_its_stated_cost_before_
     monkeypatch.setattr(bigrams, "corpus_table", lambda tokens, d_vocab: built.append(d_vocab) or build(tokens, d_vocab))
     at = AppTest.from_file(APP, default_timeout=180).run()
     at.sidebar.file_uploader[0].upload("wide.safetensors", data).run()
-    at.switch_page("app_pages/circuits.py").run()
+    at.switch_page("app_pages/circuits_zero.py").run()
     at.radio(key="c_model_attn-only-0l").set_value("the sidebar's model")
     within_budget(at.run)
     assert any(c.value.startswith("Cost: about 3,600 MB for the 6,000 × 6,000 bigram tables") for c in at.main.caption)

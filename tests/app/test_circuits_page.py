@@ -1,4 +1,4 @@
-"""AppTest for the Circuits page: every section, its widgets, and the numbers it checks."""
+"""AppTest for the four Circuits pages: every part, its widgets, and the numbers it checks."""
 
 import dataclasses
 import html
@@ -20,12 +20,16 @@ from tests.app.helpers import APP, next_part, open_page, open_page_with_model, r
 REAL_ONE_LAYER = circuits.one_layer
 
 
-def page(**state) -> AppTest:
-    return open_page("app_pages/circuits.py", **state)
+FILES = {"zero layers": "app_pages/circuits_zero.py", "one layer": "app_pages/circuits_one.py",
+         "two layers": "app_pages/circuits_two.py", "the phase change": "app_pages/circuits_phase.py"}
+
+
+def page(which: str, **state) -> AppTest:
+    return open_page(FILES[which], **state)
 
 
 def reading(at: AppTest) -> str:
-    """The section's model, as the line under its radio names it."""
+    """The page's model, as the line under its radio names it."""
     (name,) = [m.value.removeprefix("Reading **").removesuffix("**.") for m in at.markdown
                if m.value.startswith("Reading **")]
     return name
@@ -37,7 +41,7 @@ def numbers(at: AppTest, pattern: str) -> list[float]:
 
 
 def test_zero_layers_show_four_computed_figures_and_verdicts_from_them():
-    at = page(section="zero layers")
+    at = page("zero layers")
     assert not at.error
     z = circuits.zero_layer(zoo.load("attn-only-0l"))
     shown = [m.value for m in at.metric]
@@ -57,7 +61,7 @@ def test_zero_layers_show_four_computed_figures_and_verdicts_from_them():
 
 
 def test_one_layer_copying_and_path_expansion_at_the_models_tolerance():
-    at = page(section="one layer")
+    at = page("one layer")
     assert not at.error and "FAIL" not in " ".join(m.value for m in at.markdown)
     (bar,) = numbers(at, r"\*\*4 of 4 heads copy\*\*: a head counts when its copying score is above what a random "
                          r"head reaches, \*\*([\d.]+)\*\*")
@@ -81,7 +85,7 @@ def one_layer_with_a_wrong_path_sum(model, ids) -> circuits.OneLayer:
 
 def test_a_failing_path_expansion_is_shown_red(monkeypatch):
     monkeypatch.setattr(circuits, "one_layer", one_layer_with_a_wrong_path_sum)
-    at = page(section="one layer")
+    at = page("one layer")
     assert not at.exception and not at.error
     assert shown_checks(at) == [(0.5, 0.5, 1e-5, False)]
     line = next(m.value for m in at.markdown if m.value.startswith("The paths' sum"))
@@ -90,7 +94,7 @@ def test_a_failing_path_expansion_is_shown_red(monkeypatch):
 
 
 def test_two_layers_name_the_circuit_and_prove_it_by_ablation():
-    at = page(section="two layers")
+    at = page("two layers")
     assert not at.error
     assert reading(at) == "attn-only-2l"
     circuit = next(m.value for m in at.markdown if m.value.startswith("**The circuit, as found in attn-only-2l.**"))
@@ -112,7 +116,7 @@ def test_two_layers_name_the_circuit_and_prove_it_by_ablation():
 
 def test_gelu_2l_has_no_induction_circuit_and_the_page_says_what_is_missing():
     """The sidebar's default, gelu-2l: its best previous-token head scores 0.10, so no role is claimed."""
-    at = page(section="two layers")
+    at = page("two layers")
     at.radio(key="c_model_attn-only-2l").set_value("the sidebar's model").run()
     assert not at.exception and not at.error
     assert reading(at) == "gelu-2l"
@@ -124,7 +128,7 @@ def test_gelu_2l_has_no_induction_circuit_and_the_page_says_what_is_missing():
 
 
 def test_phase_change_replays_the_snapshots():
-    at = page(section="the phase change")
+    at = page("the phase change")
     assert not at.error
     first = at.select_slider(key="c_step").options[0]
     at.select_slider(key="c_step").set_value(int(first)).run()
@@ -139,19 +143,19 @@ def test_phase_change_replays_the_snapshots():
     assert formed == first and (per_checkpoint[per_checkpoint["step"] < first]["best induction score"] < 0.5).all()
 
 
-def test_sections_work_on_the_sidebars_model_or_say_why_not():
-    at = page(section="one layer")
+def test_pages_work_on_the_sidebars_model_or_say_why_not():
+    at = page("one layer")
     at.radio(key="c_model_attn-only-1l").set_value("the sidebar's model").run()   # gelu-2l: LayerNorm
     assert not at.exception and not at.error
     assert any("exact only without LayerNorm" in i.value for i in at.info)
-    at = page(section="zero layers")
+    at = page("zero layers")
     at.radio(key="c_model_attn-only-0l").set_value("the sidebar's model").run()
-    assert any("does not fit this section" in i.value for i in at.info)
+    assert any("does not fit this page" in i.value for i in at.info)
     assert not at.exception and not at.error
 
 
 def test_a_random_model_without_tokenizer_uses_ids():
-    at = page(section="two layers", model="random")
+    at = page("two layers", model="random")
     at.radio(key="c_model_attn-only-2l").set_value("the sidebar's model").run()
     assert not at.exception and not at.error
     assert any("no tokenizer" in i.value for i in at.info)
@@ -162,17 +166,17 @@ def test_a_random_model_without_tokenizer_uses_ids():
 def test_a_random_model_too_small_to_score_induction_gets_the_zoo_model_and_the_reason(vocab, ctx):
     """Two layers, but a context or vocabulary too small for repeated sequences: the section says what it needs
     and shows attn-only-2l instead of failing."""
-    at = page(section="two layers", model="random", vocab=vocab, ctx=ctx)
+    at = page("two layers", model="random", vocab=vocab, ctx=ctx)
     at.radio(key="c_model_attn-only-2l").set_value("the sidebar's model").run()
     assert not at.exception and not at.error
-    assert any("does not fit this section" in i.value and "induction scores need a context of 7 tokens or more" in i.value
+    assert any("does not fit this page" in i.value and "induction scores need a context of 7 tokens or more" in i.value
                for i in at.info)
     assert reading(at) == "attn-only-2l"
 
 
 def test_a_random_model_with_one_dimensional_heads_claims_no_copying():
     """d_head 1: a random head scores ±1, so the bar lies above 1 and the page says no head can pass it."""
-    at = page(section="one layer", model="random", layers=1, d_model=16, heads=16)
+    at = page("one layer", model="random", layers=1, d_model=16, heads=16)
     at.radio(key="c_model_attn-only-1l").set_value("the sidebar's model").run()
     assert not at.exception and not at.error
     line = next(m.value for m in at.markdown if "heads copy" in m.value)
@@ -180,7 +184,7 @@ def test_a_random_model_with_one_dimensional_heads_claims_no_copying():
 
 
 def test_under_the_hood_shows_the_reference_and_the_fast_path_one_click_further():
-    at = page(section="zero layers")
+    at = page("two layers")
     hood = [c.value for c in at.code if c.value.lstrip().startswith(("def", "@"))]  # not the snippets, not the link
     assert len(hood) == 1 and "def composition_score_reference" in hood[0]
     at.toggle(key="c_fast").set_value(True).run()
@@ -192,29 +196,30 @@ def test_under_the_hood_shows_the_reference_and_the_fast_path_one_click_further(
 # The URL, presentation mode, the glossary
 
 
-def test_each_sections_model_is_bound_to_the_url_and_the_train_page_can_preset_it():
-    assert page(section="two layers").radio(key="c_model_attn-only-2l").value == "zoo: attn-only-2l"  # fresh session
+def test_each_pages_model_is_bound_to_the_url_and_the_train_page_can_preset_it():
+    assert page("two layers").radio(key="c_model_attn-only-2l").value == "zoo: attn-only-2l"  # fresh session
     at = AppTest.from_file(APP, default_timeout=180)                               # a link to the sidebar's model
-    at.query_params["section"], at.query_params["c_model_attn-only-2l"] = "two layers", "the sidebar's model"
+    at.query_params["c_model_attn-only-2l"] = "the sidebar's model"
     at.run()
-    at.switch_page("app_pages/circuits.py").run()
+    at.switch_page(FILES["two layers"]).run()
     assert not at.exception and at.radio(key="c_model_attn-only-2l").value == "the sidebar's model"
     assert reading(at) == "gelu-2l"
     # the Train page sets the radio's state before switching here, so the page opens on the trained model
-    at = page(section="two layers", **{"c_model_attn-only-2l": "the sidebar's model"})
+    at = page("two layers", **{"c_model_attn-only-2l": "the sidebar's model"})
     assert not at.exception and reading(at) == "gelu-2l"
 
 
 def test_every_other_widget_starts_on_its_fresh_sessions_value():
-    at = page(section="zero layers")
+    at = page("zero layers")
     z = circuits.zero_layer(zoo.load("attn-only-0l"))
-    assert at.selectbox(key="z_token").value == z.example != z.ids[0] and at.toggle(key="c_fast").value is False
-    at = page(section="the phase change")
+    assert at.selectbox(key="z_token").value == z.example != z.ids[0]
+    assert page("two layers").toggle(key="c_fast").value is False
+    at = page("the phase change")
     assert at.select_slider(key="c_step").value == zoo.snapshot_steps("attn-only-2l")[-1]
 
 
 def test_presentation_mode_shows_one_part_at_a_time_and_next_moves_on():
-    at = page(section="two layers", present=True)
+    at = page("two layers", present=True)
     assert not at.exception and [s.value for s in at.subheader] == ["Two layers: how heads compose"]
     assert next_part(at) == [f"part 1 of 4 · slide {k} of 3" for k in (1, 2, 3)]  # Q-, K- and V-composition
     assert not at.exception and [s.value for s in at.subheader] == ["Virtual heads"]
@@ -226,7 +231,7 @@ def test_presentation_mode_shows_one_part_at_a_time_and_next_moves_on():
     ("one layer", ["skip-trigram", "copying score", "W_p", "W_QK"]),
     ("two layers", ["K-composition", "virtual head", "induction"])])
 def test_the_prose_defines_its_jargon_in_tooltips(section, terms):
-    shown = " ".join(m.value for m in page(section=section).markdown)
+    shown = " ".join(m.value for m in page(section).markdown)
     for term in terms:
         assert f'<abbr title="{html.escape(glossary.TERMS[term])}">{term}</abbr>' in shown, term
 
@@ -243,7 +248,7 @@ def heatmap_labels(at: AppTest) -> list[str]:
 def test_one_layer_tables_show_words_by_default_and_every_token_on_request(present):
     """Words only in either mode (one default, so a link shows the same tables in both); off, punctuation comes back.
     The tables are the head's, computed: the page shows ``token_tables``' labels and its copy ranks."""
-    at = page(section="one layer", present=present)
+    at = page("one layer", present=present)
     assert at.toggle(key="c_words").value is True and "c_words" not in at.query_params
     t = circuits.token_tables(zoo.load("attn-only-1l"), 0, 0, True)
     assert heatmap_labels(at) == t.labels and all(label.isalpha() for label in t.labels)
@@ -254,20 +259,20 @@ def test_one_layer_tables_show_words_by_default_and_every_token_on_request(prese
     every = circuits.token_tables(zoo.load("attn-only-1l"), 0, 0, False).labels
     assert not at.exception and heatmap_labels(at) == every and not all(label.isalpha() for label in every)
     link = AppTest.from_file(APP, default_timeout=180)                               # a link with the toggle off
-    link.query_params.update({"section": "one layer", "c_words": "false", "present": str(present).lower()})
+    link.query_params.update({"c_words": "false", "present": str(present).lower()})
     link.run()
-    link.switch_page("app_pages/circuits.py").run()
+    link.switch_page(FILES["one layer"]).run()
     assert not link.exception and link.toggle(key="c_words").value is False and heatmap_labels(link) == every
 
 
 def test_the_exercise_points_where_the_patterns_are():
-    at = page(section="two layers")
+    at = page("two layers")
     task = next(m.value for m in at.markdown if "Find the previous-token head" in m.value)
     assert "Read the patterns in this section." in task and "above" not in task
 
 
 def test_the_qk_circuit_is_labelled_with_the_readings_w_p():
-    at = page(section="one layer")
+    at = page("one layer")
     assert any("W_QK = W_p" in chart.proto.spec for chart in at.get("plotly_chart"))
 
 
@@ -279,7 +284,7 @@ def test_the_qk_circuit_is_labelled_with_the_readings_w_p():
 
 def test_the_bigram_question_is_answered_from_w_e_w_u_for_the_chosen_token():
     z = circuits.zero_layer(zoo.load("attn-only-0l"))
-    at = page(section="zero layers")
+    at = page("zero layers")
     first = reveal(at, "bigram")[0]                                                # "of": "the"
     other = next(i for i, row in enumerate(z.next_tokens) if literal(row["model's next token"][0]) != first)
     at.selectbox(key="z_token").select_index(other).run()
@@ -288,12 +293,12 @@ def test_the_bigram_question_is_answered_from_w_e_w_u_for_the_chosen_token():
 
 
 def test_the_copying_question_is_answered_from_the_heads_ov_eigenvalues():
-    at = page(section="one layer")
+    at = page("one layer")
     zoo_answer = reveal(at, "copying L0H0")[0]
     o = circuits.one_layer(zoo.load("attn-only-1l"), (0, 2, 3))
     assert zoo_answer == ("yes" if o.copying[0] > o.copying_bar else "no")
     model = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=2, d_vocab=50, n_ctx=16, seed=0))
-    at = open_page_with_model("app_pages/circuits.py", model, section="one layer",
+    at = open_page_with_model(FILES["one layer"], model,
                               **{"c_model_attn-only-1l": "the sidebar's model"})
     random_answer = reveal(at, "copying L0H0")[0]
     o = circuits.one_layer(model, (0, 2, 3))
@@ -301,7 +306,7 @@ def test_the_copying_question_is_answered_from_the_heads_ov_eigenvalues():
 
 
 def test_the_ablation_question_accepts_every_head_the_ablation_breaks():
-    at = page(section="two layers")
+    at = page("two layers")
     zoo_answer = reveal(at, "ablation")[0]
     for head in ("L1H2", "L1H0"):  # a broken head other than the best one is right; an unbroken one is not
         at.radio(key="predict ablation").set_value(head).run()
@@ -324,7 +329,7 @@ def fresh_caches():
 
 def test_the_phase_change_question_finds_the_jump_in_the_checkpoints_scores(monkeypatch, fresh_caches):
     shipped = induction.phase_change("attn-only-2l")
-    answer = reveal(page(section="the phase change"), "jump")[0]
+    answer = reveal(page("the phase change"), "jump")[0]
     low, high = (int(end.replace(",", "")) for end in answer.split(" to "))
     assert low <= shipped.jump[1] <= high and shipped.jump[1] == shipped.formed_at and answer == "0 to 1,200"
     # the same steps, with the score rising between 4,500 and 4,800 instead
@@ -332,7 +337,7 @@ def test_the_phase_change_question_finds_the_jump_in_the_checkpoints_scores(monk
     monkeypatch.setattr(induction, "phase_change", costs(induction.phase_change.estimate_mb)(
         lambda name: dataclasses.replace(shipped, induction=late, formed_at=shipped.steps[16])))
     st.cache_data.clear()
-    moved = reveal(page(section="the phase change"), "jump")[0]
+    moved = reveal(page("the phase change"), "jump")[0]
     assert moved == "3,900 to 4,800"  # the bin holding step 4,800, the first checkpoint past the jump
 
 
@@ -343,12 +348,12 @@ def exercise_answer(at: AppTest) -> list[str]:
 
 
 def test_the_previous_token_exercise_is_checked_against_the_live_scores():
-    at = page(section="two layers")
+    at = page("two layers")
     assert exercise_answer(at) == induction.two_layers(zoo.load("attn-only-2l"), 0).previous_token_heads == ["L0H1"]
     at.selectbox(key="exercise previous-token head").set_value("L0H1").run()
     assert any(m.value == ":green[**✓ right**]" for m in at.markdown)
     at.selectbox(key="exercise previous-token head").set_value("L0H0").run()
     assert any(m.value == ":red[**✗ not this one: try again**]" for m in at.markdown)
-    at = page(section="two layers", model="copying-2l", **{"c_model_attn-only-2l": "the sidebar's model"})
+    at = page("two layers", model="copying-2l", **{"c_model_attn-only-2l": "the sidebar's model"})
     assert reading(at) == "copying-2l"
     assert exercise_answer(at) == induction.two_layers(zoo.load("copying-2l"), 0).previous_token_heads == ["L0H0"]

@@ -23,18 +23,17 @@ def test_every_step_names_real_readings_and_pages_and_the_issue_topics_are_all_t
     for step in lessons.STEPS:
         assert step.readings, step.topic
         assert set(step.readings) <= set(lessons.READINGS)
-        assert (ROOT / step.page).exists(), step.page
+        assert all((ROOT / page).exists() for page in step.pages), step.pages
     topics = " ".join(step.topic for step in lessons.STEPS).lower()
     for topic in ("sum", "patterns and messages", "residual stream", "zero", "one-layer", "two-layer",
                   "induction heads forming", "lstm"):
         assert topic in topics, topic
 
 
-def test_the_route_walks_every_stop_of_every_step_in_order_and_finds_where_a_page_is():
-    assert lessons.ROUTE[0] == ("app_pages/equivalence.py", {})
-    assert [stop for page, stop in lessons.ROUTE if page == "app_pages/circuits.py"] == [
-        {"section": "zero layers"}, {"section": "one layer"}, {"section": "two layers"}, {"section": "the phase change"}]
-    assert len(lessons.ROUTE) == sum(len(step.stops) for step in lessons.STEPS)
-    assert lessons.stop_at("app_pages/circuits.py", {"section": "one layer"}) == 4
-    assert lessons.stop_at("app_pages/circuits.py", {"section": None}) is None
-    assert lessons.stop_at("app_pages/home.py", {}) is None
+def test_the_route_walks_every_page_of_every_step_in_order_each_once():
+    assert lessons.ROUTE[:4] == ("app_pages/equivalence.py", "app_pages/patterns.py", "app_pages/residual.py",
+                                 "app_pages/circuits_zero.py")
+    assert [page for page in lessons.ROUTE if page.startswith("app_pages/circuits")] == [
+        "app_pages/circuits_zero.py", "app_pages/circuits_one.py", "app_pages/circuits_two.py",
+        "app_pages/circuits_phase.py"]
+    assert len(lessons.ROUTE) == len(set(lessons.ROUTE)) == sum(len(step.pages) for step in lessons.STEPS)

@@ -1,5 +1,5 @@
 """One registry of pages: every page file is in it once, with its own URL path, and the lesson path, the start
-page's links and the Circuits page's keys come from it."""
+page's links and the Circuits pages' model keys come from it."""
 
 from pathlib import Path
 
@@ -17,8 +17,14 @@ def test_every_page_file_is_registered_once_with_its_own_path():
     assert all(page.teaches and page.runs_on for page in pages.PAGES[1:])
 
 
-def test_the_lesson_path_opens_registered_pages_at_registered_parts():
+def test_the_lesson_path_opens_registered_pages_and_every_circuits_page_in_order():
     registered = {page.file for page in pages.PAGES}
-    assert {step.page for step in lessons.STEPS} <= registered
-    parts = [stop[pages.CIRCUITS_PART] for page, stop in lessons.ROUTE if page == pages.CIRCUITS.file]
-    assert parts == list(pages.CIRCUITS_PARTS)  # the lesson walks every part of the Circuits page, in order
+    assert set(lessons.ROUTE) <= registered
+    group = [page.file for page in pages.PAGES if page.group == "Circuits"]
+    assert [page for page in lessons.ROUTE if page in group] == group == [
+        pages.CIRCUITS_ZERO.file, pages.CIRCUITS_ONE.file, pages.CIRCUITS_TWO.file, pages.PHASE_CHANGE.file]
+
+
+def test_each_group_of_the_navigation_is_one_run_of_pages():
+    groups = [page.group for page in pages.PAGES]
+    assert [g for i, g in enumerate(groups) if i == 0 or groups[i - 1] != g] == ["", "Circuits", "Compare and train"]

@@ -11,7 +11,9 @@ PAGES = {  # page: settings of a second session beyond the defaults, so the snip
     "app_pages/equivalence.py": {"H": 4, "S": 6},
     "app_pages/patterns.py": {"input": "repeated random tokens", "head": 1},
     "app_pages/residual.py": {"input": "random tokens"},
-    "app_pages/circuits.py": {"section": "one layer"},
+    "app_pages/circuits_one.py": {"c_head": 2},
+    "app_pages/circuits_two.py": {},
+    "app_pages/circuits_phase.py": {"c_step": 1200},
     "app_pages/lstm.py": {"l_seg": 6},
 }
 

@@ -21,9 +21,8 @@ from classroom import export, layout, slides
 from tests.app.helpers import APP
 from tests.browser.conftest import wait_for_app
 
-PAGES = ["app_pages/equivalence.py", "app_pages/patterns.py", "app_pages/residual.py", "app_pages/circuits.py",
-         "app_pages/lstm.py"]
-SUBPAGES = {"app_pages/circuits.py": "section"}  # a page whose radio chooses which parts it draws
+PAGES = ["app_pages/equivalence.py", "app_pages/patterns.py", "app_pages/residual.py", "app_pages/circuits_zero.py",
+         "app_pages/circuits_one.py", "app_pages/circuits_two.py", "app_pages/circuits_phase.py", "app_pages/lstm.py"]
 LEADING = 0.15  # of a text's em box, top and bottom, that holds no ink
 SLACK_PX = 1    # two texts whose boxes meet by no more than this do not overlap
 
@@ -68,24 +67,17 @@ def shown_figures() -> Iterator[tuple[str, int, dict]]:
                 yield name, room, spec
 
     for page in PAGES:
-        at = _open(page, **{slides.READ: True})
-        for choice in at.radio(key=SUBPAGES[page]).options if page in SUBPAGES else [None]:
-            if choice is not None:
-                at.radio(key=SUBPAGES[page]).set_value(choice).run()
-            yield from new(f"{page}{f' {choice}' if choice else ''}, reading", at)
+        yield from new(f"{page}, reading", _open(page, **{slides.READ: True}))
         at = _open(page, **{slides.PRESENT: True})
-        for choice in at.radio(key=SUBPAGES[page]).options if page in SUBPAGES else [None]:
-            if choice is not None:
-                at.radio(key=SUBPAGES[page]).set_value(choice).run()
-            for part in at.selectbox(key=slides.PART).options:
-                at.selectbox(key=slides.PART).set_value(part).run()
-                _reveal_all(at)
-                for slide in range(at.session_state[slides.COUNTS].get(part, 1)):
-                    if slide:  # the first is drawn already
-                        at.session_state[slides.SUB] = slide
-                        at.run()
-                        _reveal_all(at)
-                    yield from new(f"{page}{f' {choice}' if choice else ''}, {part}, slide {slide + 1}", at)
+        for part in at.selectbox(key=slides.PART).options:
+            at.selectbox(key=slides.PART).set_value(part).run()
+            _reveal_all(at)
+            for slide in range(at.session_state[slides.COUNTS].get(part, 1)):
+                if slide:  # the first is drawn already
+                    at.session_state[slides.SUB] = slide
+                    at.run()
+                    _reveal_all(at)
+                yield from new(f"{page}, {part}, slide {slide + 1}", at)
 
 
 def measure(page, svg: bytes) -> dict:

@@ -33,7 +33,9 @@ def plot_text(page) -> str:
 
 
 PATHS = {"": "Addition Machines", "equivalence": "Multi-head attention is a sum over heads",
-         "patterns": "Patterns and messages", "residual": "The residual stream", "circuits": "Circuits",
+         "patterns": "Patterns and messages", "residual": "The residual stream", "circuits-zero": "Circuits: zero layers",
+         "circuits-one": "Circuits: one layer", "circuits-two": "Circuits: two layers",
+         "phase-change": "Circuits: the phase change",
          "lstm": "The LSTM analogy", "train": "Train a transformer"}
 
 
@@ -95,7 +97,7 @@ def test_the_preset_forms_an_induction_head_live_and_opens_on_the_circuits_page(
     label = sidebar.locator('input[aria-label="model"]').input_value()
     assert re.match(r"trained [a-z2-7]{16}: watch an induction head form", label), label
     save_whole_page(page, "train", height=1500, charts=2)
-    page.get_by_text("Read its circuit on the Circuits page (two layers)").click()
+    page.get_by_text("Read its circuit on Circuits: two layers").click()
     page.get_by_role("button", name="Reveal the answer").click()  # the ablation question hides the circuit
     page.get_by_text(f"The circuit, as found in {label}").wait_for(timeout=60_000)
     assert no_exception(page)
@@ -190,14 +192,14 @@ def test_residual_page_loads_draws_and_reacts(page, server):
     save_whole_page(page, "residual", height=4200, charts=4)
 
 
-def test_circuits_page_sections_load_and_draw(page, server):
-    for section, charts in (("two+layers", 4), ("zero+layers", 2), ("one+layer", 3), ("the+phase+change", 2)):
-        page.goto(f"{server}/circuits?section={section}&read=true")
+def test_the_circuits_pages_load_and_draw(page, server):
+    for path, charts in (("circuits-two", 4), ("circuits-zero", 2), ("circuits-one", 3), ("phase-change", 2)):
+        page.goto(f"{server}/{path}?read=true")
         wait_for_app(page, charts=charts)
-        assert no_exception(page), section
+        assert no_exception(page), path
     press_slider(page, "training step", "Home")
     page.get_by_text("At step 0:").wait_for(timeout=30_000)
-    page.goto(f"{server}/circuits?section=two+layers&read=true")
+    page.goto(f"{server}/circuits-two?read=true")
     save_whole_page(page, "circuits", height=3000, charts=4)
 
 

@@ -171,7 +171,7 @@ def test_a_module_moved_to_the_stand_in_trains_there(fake_cuda):
     assert all(p.device == CPU for p in model.to(CPU).parameters())
 
 
-PHASE_MODEL = "attn-only-2l"  # the Circuits page's phase change: the zoo model whose training snapshots ship
+PHASE_MODEL = "attn-only-2l"  # Circuits: the phase change: the zoo model whose training snapshots ship
 
 # Page sections on the sidebar's model: name -> (the model's config, experiment(model)).
 ON_A_MODEL = {

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import streamlit as st
 
 import mechlib
-from classroom import activity, pages, slides
+from classroom import activity, pages, shared, slides
 from classroom.admission import BudgetError, budget_mb, require_budget
 from classroom.server import collect_garbage, freeze_libraries, warm_up
 from classroom.session import add_session_model, session_id, session_model, teacher
@@ -174,6 +174,11 @@ def sidebar() -> None:
     st.caption(f"Requests above {budget_mb():,.0f} MB are refused with an estimate. mechlib {mechlib.__version__}")
 
 
+try:
+    shared.require()
+except shared.SharedStateError as error:
+    st.error(f"{error}.", icon=":material/cloud_off:")
+    st.stop()
 freeze_libraries()
 warm_up()
 groups: dict[str, list[st.Page]] = {}

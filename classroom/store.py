@@ -1,9 +1,9 @@
 """Checkpoints shared by a short id: a model trained or uploaded in one session, reachable from a link in another.
 
 A teacher trains a model and shares the link; thirty students open it, and a reload does not lose it. The
-store is process-wide and bounded four ways: a number of checkpoints, a number per owner (a browser) that made
+store is server-wide (in this process, or in Redis for every replica: ``shared``) and bounded four ways: a number of checkpoints, a number per owner (a browser) that made
 them, a number of bytes, and a lifetime after the last use. A pinned checkpoint (the preset's result, a model the
-teacher pins for a lesson) is outside all four: the class's links to it never expire while the server runs. Every
+teacher pins for a lesson) is outside all four: the class's links to it never expire. Every
 checkpoint is validated as an upload is (``zoo.from_checkpoint``) when it comes in, so a link can only ever name a
 model that loads.
 """
@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from classroom import shared
 from classroom.admission import BudgetError, require_budget
 from mechlib import io, zoo
 from mechlib.bounded import Bounded
@@ -57,15 +58,12 @@ def admit(data: bytes) -> None:
 
 
 class CheckpointStore:
-    """Validated checkpoints by short id, least recently used first out (``bounded.Bounded``, grouped by owner);
-    thread-safe."""
+    """Validated checkpoints by short id, least recently used first out: what every backend shares (validation,
+    ids, messages). A backend keeps them: ``LocalStore`` in this process, ``redis_store.RedisStore`` in Redis, for
+    every replica of a class."""
 
-    def __init__(self, max_count: int = MAX_COUNT, max_mb: float = MAX_MB, ttl_s: float = TTL_S,
-                 per_owner: int = PER_OWNER, clock: Callable[[], float] = time.monotonic):
-        self.max_bytes, self.ttl_s = max_mb * 2**20, ttl_s
-        self._items: Bounded[Stored] = Bounded(max_count=lambda: max_count, max_size=lambda: self.max_bytes,
-                                               size=lambda stored: len(stored.data), per_group=lambda owner: per_owner,
-                                               ttl_s=ttl_s, max_pinned=MAX_PINNED, clock=clock)
+    max_bytes: float
+    ttl_s: float
 
     def put(self, kind: str, name: str, data: bytes, owner: str) -> Stored:
         """Validate ``data`` (raises ``CheckpointError``) and keep it for ``owner`` (a browser); returns its entry,
@@ -78,7 +76,7 @@ class CheckpointStore:
         admit(data)
         zoo.from_checkpoint(data)
         key = short_id(data)
-        stored = self._items.put(key, Stored(f"{kind} {key}: {name}", data), owner)
+        stored = self._keep(key, Stored(f"{kind} {key}: {name}", data), owner)
         if stored.data != data:
             raise CheckpointError(f"another checkpoint is kept under this one's id {key}; it cannot be shared "
                                   "by a link (save it again after any change to its weights)")
@@ -86,16 +84,57 @@ class CheckpointStore:
 
     def get(self, key: str) -> Stored:
         """The checkpoint with this id, its lifetime renewed; raises ``StoreError`` saying why there is none."""
-        if (stored := self._items.get(key)) is None:
+        if (stored := self._find(key)) is None:
             raise StoreError(f"no model with id {key} is kept on this server: it was never made here, or it "
                              f"expired ({self.ttl_s / 3600:g} h after its last use, or pushed out by newer ones)")
         return stored
 
     def pin(self, key: str) -> None:
-        """Keep the checkpoint ``key`` while the server runs, outside every bound; past ``MAX_PINNED``, the one
-        pinned longest ago is unpinned. Raises ``StoreError`` when there is none."""
-        if not self._items.pin(key):
+        """Keep the checkpoint ``key`` outside every bound; past ``MAX_PINNED``, the one pinned longest ago is
+        unpinned. Raises ``StoreError`` when there is none."""
+        if not self._pin(key):
             raise StoreError(f"no model with id {key} is kept on this server to pin")
+
+    def _keep(self, key: str, stored: Stored, owner: str) -> Stored:
+        """Keep ``stored`` under ``key`` for ``owner`` as the most recently used, then apply the bounds; an entry
+        already under ``key`` stays. Returns the entry kept."""
+        raise NotImplementedError
+
+    def _find(self, key: str) -> Stored | None:
+        """The entry under ``key`` with its last use renewed, after the bounds are applied; None if there is none."""
+        raise NotImplementedError
+
+    def _pin(self, key: str) -> bool:
+        raise NotImplementedError
+
+    def unpin(self, key: str) -> None:
+        raise NotImplementedError
+
+    def pinned(self, key: str) -> bool:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+
+class LocalStore(CheckpointStore):
+    """The store in this process's memory (``bounded.Bounded``, grouped by owner): the default, for one server."""
+
+    def __init__(self, max_count: int = MAX_COUNT, max_mb: float = MAX_MB, ttl_s: float = TTL_S,
+                 per_owner: int = PER_OWNER, clock: Callable[[], float] = time.monotonic):
+        self.max_bytes, self.ttl_s = max_mb * 2**20, ttl_s
+        self._items: Bounded[Stored] = Bounded(max_count=lambda: max_count, max_size=lambda: self.max_bytes,
+                                               size=lambda stored: len(stored.data), per_group=lambda owner: per_owner,
+                                               ttl_s=ttl_s, max_pinned=MAX_PINNED, clock=clock)
+
+    def _keep(self, key: str, stored: Stored, owner: str) -> Stored:
+        return self._items.put(key, stored, owner)
+
+    def _find(self, key: str) -> Stored | None:
+        return self._items.get(key)
+
+    def _pin(self, key: str) -> bool:
+        return self._items.pin(key)
 
     def unpin(self, key: str) -> None:
         self._items.unpin(key)
@@ -107,4 +146,13 @@ class CheckpointStore:
         return len(self._items)
 
 
-STORE = CheckpointStore()  # the server's: every session reads and writes this one
+def _server_store() -> CheckpointStore:
+    """The server's store: in Redis when ``shared.redis_url`` names one (every replica sees the same class), else in
+    this process."""
+    if (client := shared.client()) is None:
+        return LocalStore()
+    from classroom.redis_store import RedisStore
+    return RedisStore(client)
+
+
+STORE = _server_store()  # the server's: every session reads and writes this one

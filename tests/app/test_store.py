@@ -1,17 +1,31 @@
-"""The server's store of trained and uploaded checkpoints: ids from content, validation, bounds, expiry."""
+"""The server's store of trained and uploaded checkpoints: ids from content, validation, bounds, expiry; each test
+against both backends, this process's memory and Redis (the shared state of a class served by replicas)."""
+
+import uuid
 
 import pytest
+import redis
 
+from classroom import store
+from classroom.redis_store import RedisStore
+from classroom.store import ID_CHARS, LocalStore, StoreError, short_id
 from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.io import CheckpointError
 from mechlib.model import Transformer
-from classroom import store
-from classroom.store import ID_CHARS, CheckpointStore, StoreError, short_id
 
 
 def checkpoint(seed: int) -> bytes:
     return io.to_bytes(Transformer(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=20, n_ctx=8, seed=seed)))
+
+
+@pytest.fixture(params=["local", "redis"])
+def Store(request):
+    """A fresh store's constructor, of either backend (a Redis store under a key prefix of its own)."""
+    if request.param == "local":
+        return LocalStore
+    client = redis.Redis.from_url(request.getfixturevalue("redis_server").url)
+    return lambda **bounds: RedisStore(client, prefix=f"test:{uuid.uuid4().hex}:", **bounds)
 
 
 class Clock:
@@ -22,8 +36,8 @@ class Clock:
         return self.now
 
 
-def test_the_id_is_the_contents_and_the_label_names_it():
-    store, data = CheckpointStore(), checkpoint(0)
+def test_the_id_is_the_contents_and_the_label_names_it(Store):
+    store, data = Store(), checkpoint(0)
     stored = store.put("trained", "2L×4H", data, "teacher")
     key = short_id(data)
     assert len(key) == ID_CHARS and key.isalnum() and key == key.lower()
@@ -32,22 +46,22 @@ def test_the_id_is_the_contents_and_the_label_names_it():
     assert short_id(checkpoint(1)) != key and len(store) == 1
 
 
-def test_a_bad_checkpoint_is_refused_and_nothing_is_kept():
-    store = CheckpointStore()
+def test_a_bad_checkpoint_is_refused_and_nothing_is_kept(Store):
+    store = Store()
     with pytest.raises(CheckpointError):
         store.put("uploaded", "junk", b"not a safetensors file", "teacher")
     assert len(store) == 0
 
 
-def test_an_unknown_id_says_so():
+def test_an_unknown_id_says_so(Store):
     with pytest.raises(StoreError, match=r"^no model with id abcdefgh is kept on this server: it was never made here, "
                                          r"or it expired \(12 h after its last use"):
-        CheckpointStore().get("abcdefgh")
+        Store().get("abcdefgh")
 
 
-def test_entries_expire_after_their_last_use_and_use_renews_them():
+def test_entries_expire_after_their_last_use_and_use_renews_them(Store):
     clock = Clock()
-    store = CheckpointStore(ttl_s=100, clock=clock)
+    store = Store(ttl_s=100, clock=clock)
     a, b = short_id(checkpoint(0)), short_id(checkpoint(1))
     store.put("trained", "a", checkpoint(0), "teacher")
     store.put("trained", "b", checkpoint(1), "teacher")
@@ -59,9 +73,9 @@ def test_entries_expire_after_their_last_use_and_use_renews_them():
         store.get(b)
 
 
-def test_the_count_and_the_bytes_are_bounded_least_recently_used_first_out():
+def test_the_count_and_the_bytes_are_bounded_least_recently_used_first_out(Store):
     data = [checkpoint(seed) for seed in range(4)]
-    store = CheckpointStore(max_count=2)
+    store = Store(max_count=2)
     store.put("trained", "0", data[0], "teacher")
     store.put("trained", "1", data[1], "teacher")
     store.get(short_id(data[0]))   # 1 is now the least recently used
@@ -69,15 +83,15 @@ def test_the_count_and_the_bytes_are_bounded_least_recently_used_first_out():
     assert len(store) == 2 and store.get(short_id(data[0])) and store.get(short_id(data[2]))
     with pytest.raises(StoreError):
         store.get(short_id(data[1]))
-    small = CheckpointStore(max_mb=1.5 * len(data[0]) / 2**20)  # room for one
+    small = Store(max_mb=1.5 * len(data[0]) / 2**20)  # room for one
     small.put("trained", "0", data[0], "teacher")
     small.put("trained", "1", data[1], "teacher")
     assert len(small) == 1 and small.get(short_id(data[1]))
 
 
-def test_one_session_filling_the_store_pushes_out_only_its_own_checkpoints():
+def test_one_session_filling_the_store_pushes_out_only_its_own_checkpoints(Store):
     data = [checkpoint(seed) for seed in range(5)]
-    store = CheckpointStore(max_count=4, per_owner=2)
+    store = Store(max_count=4, per_owner=2)
     shared = store.put("trained", "the class's model", data[0], "teacher").label
     for seed in range(1, 5):  # a student uploads four checkpoints, one after another
         store.put("uploaded", str(seed), data[seed], "student")
@@ -88,9 +102,9 @@ def test_one_session_filling_the_store_pushes_out_only_its_own_checkpoints():
             store.get(short_id(data[seed]))
 
 
-def test_ids_are_80_bits_and_a_colliding_id_keeps_the_first_model_and_refuses_the_second(monkeypatch):
+def test_ids_are_80_bits_and_a_colliding_id_keeps_the_first_model_and_refuses_the_second(monkeypatch, Store):
     assert ID_CHARS * 5 >= 80  # base32: 5 bits a letter
-    store, first, second = CheckpointStore(), checkpoint(0), checkpoint(1)
+    store, first, second = Store(), checkpoint(0), checkpoint(1)
     monkeypatch.setattr("classroom.store.short_id", lambda data: "same" * 4)  # as a birthday search would find
     store.put("uploaded", "first", first, "student a")
     with pytest.raises(CheckpointError, match="^another checkpoint is kept under this one's id samesamesamesame"):
@@ -98,9 +112,9 @@ def test_ids_are_80_bits_and_a_colliding_id_keeps_the_first_model_and_refuses_th
     assert store.get("same" * 4).data == first
 
 
-def test_a_pinned_checkpoint_outlives_every_bound():
+def test_a_pinned_checkpoint_outlives_every_bound(Store):
     clock, data = Clock(), [checkpoint(seed) for seed in range(6)]
-    store = CheckpointStore(max_count=2, per_owner=1, ttl_s=100, clock=clock)
+    store = Store(max_count=2, per_owner=1, ttl_s=100, clock=clock)
     store.put("trained", "the lesson's model", data[0], "teacher")
     store.pin(short_id(data[0]))
     store.put("trained", "the teacher's next", data[1], "teacher")  # the teacher's share is 1: the pinned one stays
@@ -116,10 +130,10 @@ def test_a_pinned_checkpoint_outlives_every_bound():
         store.pin("nothing")
 
 
-def test_pins_are_bounded_the_oldest_released_first():
+def test_pins_are_bounded_the_oldest_released_first(Store):
     from classroom.store import MAX_PINNED
 
-    store = CheckpointStore()
+    store = Store()
     keys = [short_id(store.put("trained", str(seed), checkpoint(seed), f"teacher {seed}").data)
             for seed in range(MAX_PINNED + 1)]
     for key in keys:
@@ -127,12 +141,12 @@ def test_pins_are_bounded_the_oldest_released_first():
     assert not store.pinned(keys[0]) and all(store.pinned(key) for key in keys[1:])
 
 
-def test_a_checkpoint_above_the_memory_budget_is_refused_from_its_header_before_it_is_built(monkeypatch):
+def test_a_checkpoint_above_the_memory_budget_is_refused_from_its_header_before_it_is_built(monkeypatch, Store):
     data = checkpoint(0)
     monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "0.001")
     built = []
     monkeypatch.setattr(store.zoo, "from_checkpoint", built.append)
     with pytest.raises(CheckpointError, match=r"the checkpoint is too large for this server: its model of [\d,]+ "
                                               r"parameters would need about 0 MB, above this server's budget of 0 MB"):
-        CheckpointStore().put("uploaded", "mine.safetensors", data, "browser a")
+        Store().put("uploaded", "mine.safetensors", data, "browser a")
     assert built == []

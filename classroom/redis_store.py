@@ -1,0 +1,135 @@
+"""The store in Redis, for a class served by several replicas: every replica reads and writes the same checkpoints,
+and they outlive a restart of the replicas (and of Redis, with its persistence on: ``deploy/class.sh`` turns on
+its append-only file). Each operation is one Lua script, so the bounds hold whichever replica acts: the same four
+bounds as ``LocalStore`` (a count, a count per owner, bytes, a lifetime after the last use) and the same pins.
+
+Keys, under ``PREFIX``: ``ckpt:<id>`` a hash (label, data, owner); ``used`` a sorted set of ids by last use (the
+replicas' wall clock, seconds); ``pinned`` a list of ids, the longest pinned first."""
+
+import time
+from collections.abc import Callable
+
+import redis
+
+from classroom.store import MAX_COUNT, MAX_MB, MAX_PINNED, PER_OWNER, TTL_S, CheckpointStore, Stored
+
+__all__ = ["RedisStore", "PREFIX"]
+
+PREFIX = "classroom:store:"
+
+# evict(keep, now): expired entries first, then each owner's least recently used past its share, then the least
+# recently used until the count and the bytes fit; pinned entries and ``keep`` stay (LocalStore's order).
+_EVICT = """
+local P, now, ttl, max_count, max_bytes, per_owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
+    tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local function drop(id)
+  redis.call('DEL', P .. 'ckpt:' .. id)
+  redis.call('ZREM', P .. 'used', id)
+end
+local function evict(keep)
+  local pins = {}
+  for _, id in ipairs(redis.call('LRANGE', P .. 'pinned', 0, -1)) do pins[id] = true end
+  local loose = {}
+  for _, id in ipairs(redis.call('ZRANGE', P .. 'used', 0, -1)) do
+    if not pins[id] then
+      if id ~= keep and now - tonumber(redis.call('ZSCORE', P .. 'used', id)) > ttl then drop(id)
+      elseif id ~= keep then table.insert(loose, id) end
+    end
+  end
+  local owner, count, bytes, mine = {}, 0, 0, {}
+  for _, id in ipairs(redis.call('ZRANGE', P .. 'used', 0, -1)) do
+    if not pins[id] then
+      owner[id] = redis.call('HGET', P .. 'ckpt:' .. id, 'owner')
+      mine[owner[id]] = (mine[owner[id]] or 0) + 1
+      count = count + 1
+      bytes = bytes + redis.call('HSTRLEN', P .. 'ckpt:' .. id, 'data')
+    end
+  end
+  local left = {}
+  for _, id in ipairs(loose) do
+    if mine[owner[id]] > per_owner then
+      mine[owner[id]] = mine[owner[id]] - 1
+      count = count - 1
+      bytes = bytes - redis.call('HSTRLEN', P .. 'ckpt:' .. id, 'data')
+      drop(id)
+    else
+      table.insert(left, id)
+    end
+  end
+  for _, id in ipairs(left) do
+    if count <= max_count and bytes <= max_bytes then break end
+    count = count - 1
+    bytes = bytes - redis.call('HSTRLEN', P .. 'ckpt:' .. id, 'data')
+    drop(id)
+  end
+end
+"""
+
+# ARGV[7..]: id, label, data, owner. Keeps the entry (a kept one stays), marks its use, applies the bounds.
+_PUT = _EVICT + """
+local id = ARGV[7]
+local key = P .. 'ckpt:' .. id
+if redis.call('EXISTS', key) == 0 then redis.call('HSET', key, 'label', ARGV[8], 'data', ARGV[9], 'owner', ARGV[10]) end
+redis.call('ZADD', P .. 'used', now, id)
+evict(id)
+return redis.call('HMGET', key, 'label', 'data')
+"""
+
+# ARGV[7]: id. Applies the bounds, then renews the entry's use; nil when there is none.
+_GET = _EVICT + """
+evict('')
+local key = P .. 'ckpt:' .. ARGV[7]
+if redis.call('EXISTS', key) == 0 then return nil end
+redis.call('ZADD', P .. 'used', now, ARGV[7])
+return redis.call('HMGET', key, 'label', 'data')
+"""
+
+# ARGV[7]: id, ARGV[8]: the most pinned at once. 0 when there is no such entry.
+_PIN = _EVICT + """
+if redis.call('EXISTS', P .. 'ckpt:' .. ARGV[7]) == 0 then return 0 end
+redis.call('LREM', P .. 'pinned', 0, ARGV[7])
+redis.call('RPUSH', P .. 'pinned', ARGV[7])
+redis.call('LTRIM', P .. 'pinned', -tonumber(ARGV[8]), -1)
+return 1
+"""
+
+_COUNT = _EVICT + """
+evict('')
+return redis.call('ZCARD', P .. 'used')
+"""
+
+
+class RedisStore(CheckpointStore):
+    """``CheckpointStore`` in Redis (``client``: bytes in, bytes out); ``clock`` is the wall clock every replica
+    shares."""
+
+    def __init__(self, client: redis.Redis, max_count: int = MAX_COUNT, max_mb: float = MAX_MB, ttl_s: float = TTL_S,
+                 per_owner: int = PER_OWNER, clock: Callable[[], float] = time.time, prefix: str = PREFIX):
+        self.max_bytes, self.ttl_s = max_mb * 2**20, ttl_s
+        self._client, self._clock, self._prefix = client, clock, prefix
+        self._bounds = (ttl_s, max_count, self.max_bytes, per_owner)
+        self._put, self._get, self._pin_script, self._count = (client.register_script(script)
+                                                                for script in (_PUT, _GET, _PIN, _COUNT))
+
+    def _args(self, *more) -> list:
+        return [self._prefix, self._clock(), *self._bounds, *more]
+
+    def _keep(self, key: str, stored: Stored, owner: str) -> Stored:
+        label, data = self._put(args=self._args(key, stored.label, stored.data, owner))
+        return Stored(label.decode(), data)
+
+    def _find(self, key: str) -> Stored | None:
+        found = self._get(args=self._args(key))
+        return None if found is None else Stored(found[0].decode(), found[1])
+
+    def _pin(self, key: str) -> bool:
+        return bool(self._pin_script(args=self._args(key, MAX_PINNED)))
+
+    def unpin(self, key: str) -> None:
+        self._client.lrem(self._prefix + "pinned", 0, key)
+
+    def pinned(self, key: str) -> bool:
+        return self._client.lpos(self._prefix + "pinned", key) is not None
+
+    def __len__(self) -> int:
+        return int(self._count(args=self._args()))

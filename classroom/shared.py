@@ -1,0 +1,53 @@
+"""Where the class's shared state lives: in this process (the default: one server, nothing to start), or in Redis when
+one setting names it, so that every replica behind a proxy sees the same stored models.
+
+The setting: the environment variable ``CLASSROOM_REDIS_URL``, else the Streamlit secret ``redis_url``
+(``.streamlit/secrets.toml``), for instance ``redis://127.0.0.1:6379/0``."""
+
+import functools
+import os
+
+import redis
+
+__all__ = ["SETTING", "SharedStateError", "redis_url", "client", "require"]
+
+SETTING = "CLASSROOM_REDIS_URL"
+CONNECT_TIMEOUT_S = 2.0  # a replica that cannot reach Redis says so within this, rather than hanging a page
+
+
+class SharedStateError(RuntimeError):
+    """Redis is named by the setting but cannot be reached."""
+
+
+def redis_url() -> str | None:
+    """The Redis URL the setting names, or None: the environment first, then Streamlit's secrets."""
+    if url := os.environ.get(SETTING, "").strip():
+        return url
+    try:
+        import streamlit as st
+        return str(st.secrets.get("redis_url", "")).strip() or None
+    except Exception:  # no secrets file, or not under Streamlit: the setting is the environment's alone
+        return None
+
+
+@functools.cache
+def client() -> redis.Redis | None:
+    """The process's Redis client (bytes in, bytes out), or None when no Redis is named. It connects on first use
+    and again after Redis restarts; nothing is asked of Redis here."""
+    if (url := redis_url()) is None:
+        return None
+    return redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=10.0,
+                                retry_on_timeout=True, health_check_interval=30)
+
+
+def require() -> None:
+    """Raise ``SharedStateError`` naming the setting when it names a Redis this process cannot reach."""
+    if (shared := client()) is None:
+        return
+    try:
+        shared.ping()
+    except redis.RedisError as error:
+        raise SharedStateError(
+            f"the shared state is set to Redis at {redis_url()} (by {SETTING} or the secret redis_url), and this "
+            f"server cannot reach it: {error}. Start Redis there, or unset the setting to keep everything in this "
+            "process") from None

@@ -1,0 +1,77 @@
+"""The class's shared state in Redis: what one replica stores another reads; a restart of Redis keeps it and the
+replicas reconnect; a Redis the setting names but nobody runs is a clear error naming the setting."""
+
+import uuid
+
+import pytest
+import redis
+
+from classroom import shared
+from classroom.redis_store import RedisStore
+from tests.app.conftest import free_port
+from tests.app.test_store import checkpoint
+
+
+def replicas(url: str, count: int) -> list[RedisStore]:
+    """``count`` replicas' stores: each its own client, one shared prefix."""
+    prefix = f"test:{uuid.uuid4().hex}:"
+    return [RedisStore(redis.Redis.from_url(url), prefix=prefix) for _ in range(count)]
+
+
+def test_a_model_stored_through_one_replica_opens_through_another_with_its_pin(redis_server):
+    one, two = replicas(redis_server.url, 2)
+    stored = one.put("trained", "the teacher's", checkpoint(0), "browser t")
+    key = stored.label.split()[1].rstrip(":")
+    one.pin(key)
+    assert two.get(key) == stored and two.pinned(key) and len(two) == 1
+
+
+def test_stored_models_survive_a_restart_of_redis_and_the_replicas_reconnect(redis_server):
+    (store,) = replicas(redis_server.url, 1)
+    stored = store.put("trained", "before the restart", checkpoint(1), "browser t")
+    key = stored.label.split()[1].rstrip(":")
+    redis_server.stop()
+    with pytest.raises(redis.ConnectionError):
+        store.get(key)
+    redis_server.start()  # the append-only file brings it back
+    assert store.get(key) == stored
+
+
+def test_an_unreachable_redis_is_an_error_naming_the_setting(monkeypatch):
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens there
+    monkeypatch.setenv(shared.SETTING, url)
+    shared.client.cache_clear()
+    try:
+        with pytest.raises(shared.SharedStateError, match=rf"^the shared state is set to Redis at {url} \(by "
+                                                          rf"CLASSROOM_REDIS_URL or the secret redis_url\), and this "
+                                                          r"server cannot reach it: .*unset the setting"):
+            shared.require()
+    finally:
+        shared.client.cache_clear()
+
+
+def test_without_the_setting_the_state_stays_in_this_process(monkeypatch):
+    monkeypatch.delenv(shared.SETTING, raising=False)
+    shared.client.cache_clear()
+    try:
+        assert shared.client() is None
+        shared.require()  # nothing to reach
+    finally:
+        shared.client.cache_clear()
+
+
+def test_the_app_started_against_an_unreachable_redis_says_which_setting_and_draws_nothing_else(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app.helpers import APP
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    monkeypatch.setenv(shared.SETTING, url)
+    shared.client.cache_clear()
+    try:
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        assert not at.exception and [e.value.split(":")[0] for e in at.error] == [
+            "the shared state is set to Redis at redis"]
+        assert "CLASSROOM_REDIS_URL" in at.error[0].value and not at.main.title
+    finally:
+        shared.client.cache_clear()

@@ -25,6 +25,7 @@ the students leave.
 import argparse
 import asyncio
 import hashlib
+import math
 import os
 import random
 import re
@@ -338,7 +339,9 @@ def quantiles(xs: list[float]) -> str:
             f"max {xs[-1] * 1e3:6,.0f} ms")
 
 
-async def measure(url: str, pids: list[int], args) -> None:
+async def measure(url: str, pids: list[int], args) -> dict[str, float]:
+    """Run the class and print its figures; returns the headline ones (every move's p50, p95 and max in s, the
+    server processes' peak resident set in MB, the failures students saw)."""
     stats, stop, memory, after, counts = Stats(), asyncio.Event(), [], [], []
     idle = memory_mb(pids)
     sampler = asyncio.ensure_future(sample(pids, stop, memory, counts))
@@ -385,6 +388,11 @@ async def measure(url: str, pids: list[int], args) -> None:
         print(f"  memory, {what}: {idle[i]:,.0f} MB before, up to {max(m[i] for m in memory):,.0f} MB during, "
               f"{after[-1][i]:,.0f} MB {args.settle} s after the students left")
     print(f"  at most {max(counts)} threads in a server process")
+    ordered = sorted(all_moves)
+    return {"moves": len(ordered), "p50_s": statistics.median(ordered) if ordered else math.inf,
+            "p95_s": ordered[int(0.95 * (len(ordered) - 1))] if ordered else math.inf,
+            "max_s": ordered[-1] if ordered else math.inf, "peak_mb": max(m[0] for m in memory),
+            "failures": len(stats.exceptions) + stats.disconnects + stats.timeouts + sum(stats.errors.values())}
 
 
 def free_port() -> int:

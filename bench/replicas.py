@@ -1,0 +1,86 @@
+"""One replica against two behind nginx: the class's reply times at 30 and at 60 students, side by side.
+
+Run from the repository root: .venv/bin/python -m bench.replicas [--sizes 30,60] [--replicas 1,2] [--minutes 3]
+
+For each replica count it starts ``deploy/class.sh N`` (Redis, N replicas, nginx; in a state folder of its own, on
+free ports), lets the replicas warm up, then runs ``bench.classroom_load``'s class against the proxy at each size, one
+after the other, and stops the deployment. Prints each run's figures as classroom_load does, then one table: every
+move's p50 / p95 / max, the replicas' peak memory, failures, and the capacity at each replica count (the largest
+class measured whose p95 is within the goal, 2 s), with the ratio of two replicas' capacity to one's.
+"""
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.classroom_load import PAGES, free_port, measure, wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+GOAL_S = 2.0  # the class's p95 reply time to a move
+
+
+def deployment(replicas: int, state: Path) -> tuple[subprocess.Popen, int, list[int]]:
+    """``deploy/class.sh replicas`` on free ports; (its process, the proxy's port, the replicas' pids) once every
+    replica answers through the proxy."""
+    port, first, redis_port = free_port(), free_port(), free_port()
+    while any(p in range(first, first + replicas) for p in (port, redis_port)):
+        first = free_port()
+    env = {**os.environ, "CLASS_PORT": str(port), "CLASS_REPLICA_PORT": str(first), "CLASS_REDIS_PORT": str(redis_port),
+           "CLASS_STATE": str(state), "CLASS_PYTHON": sys.executable}
+    env.pop("CLASS_REDIS_URL", None)
+    process = subprocess.Popen(["bash", "deploy/class.sh", str(replicas)], cwd=ROOT, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for replica in range(first, first + replicas):
+        wait_for(replica, seconds=120)
+    wait_for(port)
+    time.sleep(5)  # the replicas' first imports
+    return process, port, [int(pid) for pid in (state / "replica-pids").read_text().split()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=lambda s: [int(n) for n in s.split(",")], default=[30, 60])
+    parser.add_argument("--replicas", type=lambda s: [int(n) for n in s.split(",")], default=[1, 2])
+    parser.add_argument("--minutes", type=float, default=3.0)
+    args = parser.parse_args()
+    print(f"$ .venv/bin/python -m bench.replicas {' '.join(sys.argv[1:])}".rstrip())
+    print(f"{os.cpu_count()} CPU cores; every run: students join over 30 s, then move widgets on {', '.join(PAGES)}")
+    results: dict[tuple[int, int], dict] = {}
+    for replicas in args.replicas:
+        with tempfile.TemporaryDirectory(prefix="class-") as state:
+            process, port, pids = deployment(replicas, Path(state))
+            try:
+                for size in args.sizes:
+                    print(f"\n{replicas} replica{'s' * (replicas > 1)} behind nginx, {size} students:")
+                    run = argparse.Namespace(clients=size, minutes=args.minutes, train=0, pages=PAGES, drill=False,
+                                             settle=5)
+                    url = f"ws://127.0.0.1:{port}/_stcore/stream"
+                    results[replicas, size] = asyncio.run(measure(url, pids, run))
+            finally:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=30)
+
+    print("\n| replicas | students | moves | p50 | p95 | max | replicas' peak RSS | failures |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for (replicas, size), r in results.items():
+        print(f"| {replicas} | {size} | {r['moves']:,} | {r['p50_s'] * 1e3:,.0f} ms | {r['p95_s'] * 1e3:,.0f} ms | "
+              f"{r['max_s']:,.1f} s | {r['peak_mb']:,.0f} MB | {r['failures']} |")
+    capacity = {replicas: max([size for size in args.sizes if results[replicas, size]["p95_s"] <= GOAL_S], default=0)
+                for replicas in args.replicas}
+    for replicas, students in capacity.items():
+        print(f"capacity with {replicas} replica{'s' * (replicas > 1)}: {students} students "
+              f"(the largest class measured with p95 ≤ {GOAL_S:.0f} s)")
+    if len(capacity) == 2 and min(capacity.values()):
+        low, high = sorted(capacity)
+        print(f"capacity ratio, {high} replicas over {low}: {capacity[high] / capacity[low]:.2f} "
+              f"(a lower bound where {high} replicas met the goal at the largest size measured)")
+
+
+if __name__ == "__main__":
+    main()

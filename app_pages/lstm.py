@@ -16,8 +16,6 @@ from classroom.widgets import slider
 from mechlib import analogy, checks, copying, figures
 from mechlib.checks import LOSS_TIE, UNK_SHARE_MAX
 
-pair = st.cache_data(max_entries=1)(analogy.pair)
-
 
 def ranking(ranked: analogy.Ranking, what: str, unit: str, losses: dict[str, float]) -> str:
     if ranked.tie:
@@ -26,7 +24,7 @@ def ranking(ranked: analogy.Ranking, what: str, unit: str, losses: dict[str, flo
             f"{losses[ranked.worse]:.3f} {unit}, {ranked.margin:.2f} lower.")
 
 
-sizes = pair()
+sizes = compute(analogy.pair)
 seed = st.session_state["seed"]
 st.title("The LSTM analogy")
 prose(

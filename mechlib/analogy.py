@@ -54,6 +54,7 @@ class Pair:
     test_segment: int  # the segment length the induction scores use
 
 
+@costs(lambda: 0.0, "the two models' sizes")  # their configs only: the models are the zoo's, loaded once
 def pair() -> Pair:
     """The two zoo models' parameter counts and shared context."""
     rnn, transformer = _models()

@@ -185,7 +185,7 @@ def figure_font_sizes(page) -> list[float]:
         .filter(t => t.textContent.trim()).map(t => parseFloat(getComputedStyle(t).fontSize))""")
 
 
-@pytest.mark.parametrize("path", ["equivalence", "patterns", "residual", "circuits-two", "lstm"])
+@pytest.mark.parametrize("path", ["equivalence", "patterns", "residual", "circuits-one", "lstm"])
 def test_presentation_mode_shows_one_section_in_large_type(browser, server, path):
     context = browser.new_context(viewport=PROJECTOR, device_scale_factor=1.25)  # 125 % zoom
     page = context.new_page()

@@ -20,6 +20,7 @@ def test_the_lstm_pages_experiments_declare_both_models_at_their_batch():
     assert experiment_mb(analogy.side_by_side, (1, 2, 3)) == both(1)
     assert experiment_mb(analogy.separating_test, 5, 0) == both(analogy.TEST_BATCH)
     assert experiment_mb(analogy.heldout) == both(loss.HELDOUT_BATCH)
+    assert experiment_mb(analogy.pair) == 0.0  # the two models' configs only
     assert experiment_mb(copying.controls, 0) == sum(zoo.load(name).cfg.estimate_mb(copying.CONTROL_BATCH)
                                                      for name in copying.CONTROLS.values())
 

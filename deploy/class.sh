@@ -7,7 +7,8 @@
 # Settings (environment): CLASS_PORT (8500, the address students open), CLASS_REPLICA_PORT (8601: the first
 # replica's port; the others follow), CLASS_REDIS_URL (default: start redis-server on 127.0.0.1:CLASS_REDIS_PORT, 6390, with its
 # append-only file in the state folder; set it to use a Redis elsewhere), CLASS_STATE (.class: Redis's files, logs,
-# the replicas' shared cookie secret, nginx's configuration), CLASS_PYTHON (.venv/bin/python).
+# the replicas' shared cookie secret, nginx's configuration), CLASS_PYTHON (.venv/bin/python), MECHLIB_THREADS (each
+# replica's torch threads; default: the cores divided among the replicas).
 # Needs Debian's nginx and redis-server (apt-get install nginx redis-server) and the app's venv (the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,10 @@ if [ -z "${CLASS_REDIS_URL:-}" ]; then
     CLASS_REDIS_URL=redis://127.0.0.1:${CLASS_REDIS_PORT:-6390}/0
 fi
 export CLASSROOM_REDIS_URL=$CLASS_REDIS_URL
+
+# Each replica's torch gets its share of the cores (MECHLIB_THREADS, at least 1): two replicas of two threads each on
+# two cores oversubscribe them, and torch's waiting threads spin.
+export MECHLIB_THREADS=${MECHLIB_THREADS:-$(( $(nproc) / replicas > 0 ? $(nproc) / replicas : 1 ))}
 
 # The replicas share one cookie secret, so that a browser's XSRF cookie from one is valid on every other.
 [ -s "$state/cookie-secret" ] || head -c 32 /dev/urandom | base64 >"$state/cookie-secret"

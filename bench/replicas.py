@@ -77,8 +77,9 @@ def main() -> None:
     for replicas, (students, how) in capacity.items():
         print(f"capacity with {replicas} replica{'s' * (replicas > 1)}: {how} {students:.0f} students at p95 ≤ {GOAL_S:.0f} s")
     if len(capacity) == 2:
-        (low, (a, _)), (high, (b, _)) = sorted(capacity.items())
-        print(f"capacity ratio, {high} replicas over {low}: {b / a:.2f}" if a else "capacity ratio: none met the goal")
+        (low, (a, how_a)), (high, (b, how_b)) = sorted(capacity.items())
+        bound = " or more" if how_b == "at least" or how_a == "under" else " or less" if how_a == "at least" else ""
+        print(f"capacity ratio, {high} replicas over {low}: {b / a:.2f}{bound}")
 
 
 def capacity_at(goal_s: float, measured: list[tuple[int, float]]) -> tuple[float, str]:

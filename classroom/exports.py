@@ -16,7 +16,6 @@ def export_key(title: str) -> str:
     return f"export {title}"
 
 
-
 def menu(collected: Collected) -> None:
     """The part's "Export this section" menu, whose contents are drawn once it is opened (opening it reruns the
     page): drawn on every run, its buttons, snippets and the figures they keep alive took a tenth of a class's
@@ -53,7 +52,6 @@ def menu(collected: Collected) -> None:
             on_click="ignore", type="primary")
 
 
-
 def model_line(model_key: tuple) -> str:
     """Python that loads the page's model, from its cache key."""
     kind, what = model_key
@@ -62,7 +60,6 @@ def model_line(model_key: tuple) -> str:
     if kind == "random":
         return f"model = zoo.random_model(ModelConfig.from_json({what!r}))"
     return "model = zoo.from_checkpoint(open('model.safetensors', 'rb').read())[1]  # the model, downloaded"
-
 
 
 def snippet(collected: Collected, code: str, using: Callable | None = None) -> str:

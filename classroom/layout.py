@@ -32,7 +32,6 @@ def show(parts: list[tuple[str, Callable[[], None]]]) -> None:
         _draw(title, lambda: slides.drawing_part(title, index + 1, len(titles), draw))
 
 
-
 def _draw(title: str, draw: Callable[[], None]) -> None:
     """A part: its title, its questions (first, whatever the part computes before asking them), its body, its
     export menu."""
@@ -46,7 +45,6 @@ def _draw(title: str, draw: Callable[[], None]) -> None:
     finally:
         part.RUN.questions = None
     exports.menu(collected)
-
 
 
 def beside(spec: int | list[int]) -> list[DeltaGenerator]:
@@ -63,7 +61,6 @@ def beside(spec: int | list[int]) -> list[DeltaGenerator]:
     return columns
 
 
-
 def prose(markdown: str) -> None:
     """Explanatory text, with the glossary's terms as tooltips; presentation mode folds it into "Notes" (a part's
     one popover beside its number)."""
@@ -75,10 +72,8 @@ def prose(markdown: str) -> None:
         st.markdown(marked, unsafe_allow_html=True)
 
 
-
 _FIRST = re.compile(r"(?<![\w`])(" + "|".join(re.escape(term) for term in sorted(glossary.TERMS, key=len, reverse=True))
                     + r")(?![\w`])")
-
 
 
 def with_tooltips(markdown: str) -> str:
@@ -97,21 +92,16 @@ def with_tooltips(markdown: str) -> str:
     return "".join(piece if i % 2 else _FIRST.sub(tip, piece) for i, piece in enumerate(pieces))
 
 
-
 PAGE_PX = 780    # px a figure may be wide in the main column: 820 at 1280 × 720 with the sidebar open, less a box's padding
-
 
 
 SLIDE_PX = 1100  # the same in presentation mode, sidebar closed: 1120 px at 1280 × 720 (1760 at 1920 × 1080)
 
 
-
 GAP_PX = 16      # st.columns' small gap (1rem)
 
 
-
 _widths: "weakref.WeakKeyDictionary[DeltaGenerator, int]" = weakref.WeakKeyDictionary()  # beside's columns: px wide
-
 
 
 def _room() -> int:
@@ -122,7 +112,6 @@ def _room() -> int:
         if holder in _widths:
             return _widths[holder]
     return PAGE_PX
-
 
 
 def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) -> None:
@@ -142,19 +131,15 @@ def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) 
         collected.snippets[name] = exports.snippet(collected, code, using)
 
 
-
 _BLOCK = re.compile(r"^([-+*#>])(?= )")  # st.table reads a cell as Markdown: "+ W_pos" became a list item
-
 
 
 SLIDE_ROWS = 5  # a table's rows on one slide at slide-sized type, with room for wrapped cells and the part's checks
 
 
-
 def _escaped(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` as ``st.table`` draws it: a cell's leading list marker escaped (a data grid reads cells as text)."""
     return frame.map(lambda value: _BLOCK.sub(r"\\\1", value) if isinstance(value, str) else value)
-
 
 
 def table(frame: pd.DataFrame, name: str, static: bool = False, **options) -> None:
@@ -176,12 +161,10 @@ def table(frame: pd.DataFrame, name: str, static: bool = False, **options) -> No
         collected.tables[name] = frame
 
 
-
 def metric(column: DeltaGenerator, label: str, value: str, help: str | None = None) -> None:
     """``st.metric`` in ``column``, recorded for the bundle."""
     column.metric(label, value, help=help)
     part.record(label, value)
-
 
 
 @functools.cache

@@ -22,14 +22,11 @@ class Collected:
     calls: list[tuple[Callable, tuple]] = field(default_factory=list)  # the mechlib experiments it ran, in order
 
 
-
 RUN = threading.local()  # the section being drawn by this script thread (each session's run has its own thread)
-
 
 
 def current() -> Collected | None:
     return getattr(RUN, "collected", None)
-
 
 
 @contextmanager
@@ -41,12 +38,10 @@ def collecting(title: str) -> Iterator[Collected]:
         RUN.collected = None
 
 
-
 def record(name: str, value: str) -> None:
     """A number the section shows (a check, a metric), for its bundle's numbers.csv."""
     if (collected := current()) is not None:
         collected.numbers[name] = value
-
 
 
 def record_call(experiment: Callable, model_key: tuple | None, args: tuple) -> None:

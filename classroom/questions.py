@@ -19,7 +19,6 @@ def _question_box():
     return (slides.place(where) if presenting() else where).container(border=True)
 
 
-
 def _asked(key: str, question: str, options: list[str]) -> bool:
     """Whether the question ``key`` is revealed; a new question under that key (other settings, another model)
     starts unrevealed and unanswered, so its evidence is hidden again and an earlier guess is not graded on it."""
@@ -32,7 +31,6 @@ def _asked(key: str, question: str, options: list[str]) -> bool:
     return st.session_state[f"reveal {key}"]
 
 
-
 def _reveal_button(key: str, label: str) -> bool:
     """The teacher's Reveal, as visible as the question; once revealed, a quiet button hides the answer again."""
     def flip(to: bool) -> None:
@@ -42,7 +40,6 @@ def _reveal_button(key: str, label: str) -> bool:
     st.button("Hide the answer" if revealed else label, key=f"reveal button {key}", on_click=flip, args=(not revealed,),
               type="tertiary" if revealed else "primary", icon=None if revealed else ":material/visibility:")
     return revealed
-
 
 
 def predict(key: str, question: str, options: list[str], accepted: Collection[str], why: str) -> bool:
@@ -67,13 +64,11 @@ def predict(key: str, question: str, options: list[str], accepted: Collection[st
     return revealed or reading()
 
 
-
 def answer_line(guess: str | None, accepted: Collection[str], why: str) -> str:
     """The revealed answer: every accepted option, the student's guess graded against them, and the reason."""
     mark = ("" if guess is None else " :green[**✓ as you predicted**]" if guess in accepted
             else " :red[**✗ not what you predicted**]")
     return f"This run: **{', '.join(accepted)}**{mark}. {why}"
-
 
 
 def ask(key: str, question: str, options: list[str]) -> str | None:
@@ -82,7 +77,6 @@ def ask(key: str, question: str, options: list[str]) -> str | None:
     with _question_box():
         st.markdown(f"**Predict, then run.** {question}")
         return st.radio("your prediction", options, index=None, key=f"predict {key}", horizontal=True)
-
 
 
 def exercise(key: str, task: str, options: list[str], correct: Collection[str], why: str) -> bool:

@@ -13,7 +13,6 @@ from mechlib import bigrams, zoo
 _frozen_modules = [0]  # len(sys.modules) at the last gc.freeze(), process-wide
 
 
-
 def freeze_libraries() -> None:
     """Keep full garbage collections cheap: ``gc.freeze()`` moves every object alive now (torch, plotly, pandas
     and mechlib loaded: ~260,000 objects) to a generation collections skip. Libraries keep importing more as
@@ -25,17 +24,13 @@ def freeze_libraries() -> None:
         gc.freeze()
 
 
-
 GC_EVERY_S = 2.0  # the server's full garbage collections: at most one per this many seconds
-
 
 
 _last_collection = [0.0]
 
 
-
 _collecting = threading.Lock()
-
 
 
 def collect_garbage() -> None:
@@ -52,7 +47,6 @@ def collect_garbage() -> None:
         gc.collect()
     finally:
         _collecting.release()
-
 
 
 @st.cache_resource(show_spinner=False)

@@ -21,11 +21,9 @@ from mechlib.model import Transformer
 SESSION_MODELS = 8  # trained or uploaded models a session lists; the oldest goes first
 
 
-
 def session_id() -> str:
     """This session, to the server's shared things: its place in the training queue, its share of the store."""
     return st.session_state.setdefault("session_id", uuid.uuid4().hex)
-
 
 
 def browser_id() -> str:
@@ -33,7 +31,6 @@ def browser_id() -> str:
     get one share, not ten. A client without it (a script, a test harness) is its session."""
     token = _xsrf_token(st.context.cookies.get("_streamlit_xsrf"))
     return "browser " + hashlib.sha256(token).hexdigest()[:20] if token else "session " + session_id()
-
 
 
 def _xsrf_token(cookie: object) -> bytes | None:
@@ -49,7 +46,6 @@ def _xsrf_token(cookie: object) -> bytes | None:
     return bytes(byte ^ mask[i % len(mask)] for i, byte in enumerate(masked))
 
 
-
 def teacher() -> bool:
     """A browser on the server's own machine: the teacher's, who started the server, and may pin models for a
     lesson (students reach the server over the network)."""
@@ -60,7 +56,6 @@ def teacher() -> bool:
         return False
     address = ipaddress.ip_address(ip)  # "::ffff:127.0.0.1" from a dual-stack socket
     return (getattr(address, "ipv4_mapped", None) or address).is_loopback
-
 
 
 def add_session_model(kind: str, name: str, data: bytes, pin: bool = False) -> str:
@@ -84,15 +79,12 @@ def add_session_model(kind: str, name: str, data: bytes, pin: bool = False) -> s
     return label
 
 
-
 def session_model(label: str) -> Transformer:
     """This session's model ``label``: from the shared cache, or validated again from its bytes."""
     return zoo.from_checkpoint(st.session_state["session_models"][label])[1]
 
 
-
 DEFAULT_PROMPT = "the class of an object is its type . the class of an object is"
-
 
 
 def current_model() -> tuple[tuple, Transformer]:
@@ -110,15 +102,12 @@ def current_model() -> tuple[tuple, Transformer]:
     return ("session", digest), model
 
 
-
 @st.cache_data(max_entries=32, show_spinner=False)
 def _examples(tokenizer_json: str, n_ctx: int) -> list[str]:
     return data.covered_prompts(data.tokenizer_from_json(tokenizer_json), 5, (8, min(40, n_ctx - 1)))
 
 
-
 INPUTS = ("prompt", "random tokens", "repeated random tokens")
-
 
 
 def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:

@@ -8,7 +8,6 @@ from mechlib.checks import Check
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-!$~|<>:])")  # what Markdown, LaTeX ($) and Streamlit's :directives: act on
 
 
-
 def literal(text: str) -> str:
     """User-supplied ``text`` (a file name, a session model's label, a token) shown as typed where Streamlit reads
     Markdown: a backslash before every character that bold, links, images, LaTeX or :red[…] would act on. A "."
@@ -16,13 +15,10 @@ def literal(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", text)
 
 
-
 _INVISIBLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")  # controls, bidi
 
 
-
 QUOTE_CHARS = 80  # the most of a user's string a message quotes
-
 
 
 def quoted(text: str) -> str:
@@ -33,11 +29,9 @@ def quoted(text: str) -> str:
     return literal(_INVISIBLE.sub(lambda char: f"⟨U+{ord(char[0]):04X}⟩", cut))
 
 
-
 def verdict(passed: bool, good: str = "pass", bad: str = "FAIL") -> str:
     """A check's outcome as coloured markdown, the same on every page."""
     return f":green[**✓ {good}**]" if passed else f":red[**✗ {bad}**]"
-
 
 
 def check_line(what: str, check: Check) -> str:

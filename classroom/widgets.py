@@ -19,7 +19,6 @@ def _restate(key: str, value) -> None:
     st.session_state[key] = value
 
 
-
 def slider(label: str, low: int, high: int, default: int, key: str, step: int = 1) -> int:
     """An int slider bound to the URL; a remembered value outside [low, high] moves to the nearest end.
     ``default`` is what a fresh session shows, and the widget is always given it: Streamlit leaves a bound
@@ -34,7 +33,6 @@ def slider(label: str, low: int, high: int, default: int, key: str, step: int = 
     return st.slider(label, low, high, default, step=step, key=key, bind="query-params")
 
 
-
 def select_slider(label: str, options: list[int], default: int, key: str) -> int:
     """A select slider over ints bound to the URL, always given the fresh session's ``default`` (see ``slider``);
     a remembered value no longer offered moves to the nearest option."""
@@ -45,14 +43,12 @@ def select_slider(label: str, options: list[int], default: int, key: str) -> int
     return st.select_slider(label, options, value, key=key, bind="query-params")
 
 
-
 def selectbox(label: str, options: list, key: str, format_func=str, index: int = 0):
     """A select box bound to the URL whose options change with the data (a model's tokens): the fresh session
     shows ``options[index]``; a remembered value no longer offered goes back to it (see ``_restate``)."""
     if st.session_state.get(key) is not None:  # None, an option meaning "nothing", is never re-stated: Streamlit
         _restate(key, st.session_state[key] if st.session_state[key] in options else options[index])  # reads it as unset
     return st.selectbox(label, options, index, format_func=format_func, key=key, bind="query-params")
-
 
 
 def clean_url_ints(bounds: dict[str, tuple[int, int]]) -> None:
@@ -81,7 +77,6 @@ def clean_url_ints(bounds: dict[str, tuple[int, int]]) -> None:
         st.rerun()
 
 
-
 def url_notes() -> None:
     """What the link asked for and did not get (a value out of range, a model that is gone, refused sizes), on
     the page above its content, where a student who opened the link reads it; once."""
@@ -89,13 +84,11 @@ def url_notes() -> None:
         st.warning(note, icon=":material/link_off:")
 
 
-
 def view_link() -> str:
     """The address of this view: the page's URL with every setting that differs from a fresh session's."""
     query = urlencode({key: st.query_params[key] for key in st.query_params})
     base = st.context.url or ""
     return f"{base}?{query}" if query else base
-
 
 
 def copy_link(where: DeltaGenerator) -> None:

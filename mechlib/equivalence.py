@@ -23,7 +23,7 @@ from mechlib.checks import TOLERANCE, Check, compare, tolerance_for
 from mechlib.config import ModelConfig
 from mechlib.device import DEVICE, costs, median_ms, to_numpy
 
-__all__ = ["SEED_SIZES", "EquivalenceResult", "ElementSum", "steps", "estimate_mb", "lookup_mb", "peak_mb", "run",
+__all__ = ["SEED_SIZES", "EMBEDDING_MAX", "EquivalenceResult", "ElementSum", "steps", "estimate_mb", "lookup_mb", "peak_mb", "run",
            "wo_row_owner", "concatenated_W_O", "wo_block_check", "element", "DIFFERENCES", "difference_bucket",
            "scores_shape_options", "row_owner_options", "LENGTHS", "output_length", "largest_partial"]
 
@@ -91,11 +91,12 @@ def steps(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> lis
 
 
 def estimate_mb(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int) -> float:
-    """Peak memory of ``run`` without the one-hot checks, in MB: the float32 weights (W_E dominates), and at
+    """Peak memory of ``run`` without the one-hot checks, in MB: the float32 weights (W_E's whole table dominates:
+    206 MB for any V and D), and at
     8 bytes a number one precision's embeddings, q/k/v/z, scores and pattern, both outputs, weights,
     plus the chosen precision's outputs kept while the other runs."""
     B, S, V, D, H = batch, seq, d_vocab, d_model, n_heads
-    weights = 4 * (V * D + S * D + 4 * D * D)
+    weights = 4 * (EMBEDDING_MAX[0] * EMBEDDING_MAX[1] + S * D + 4 * D * D)
     one_run = 8 * (6 * B * S * D + 2 * B * H * S * S + B * S * H * D + 4 * D * D)
     kept = 8 * (B * S * H * D + B * S * D)
     return (weights + one_run + kept) / 1e6
@@ -151,12 +152,22 @@ def _readings(x: torch.Tensor, W_Q, W_K, W_V, W_O, dtype: torch.dtype):
     return z, Wo, attention.concat_then_project(z, Wo), attention.per_head_results(z, Wo)
 
 
+EMBEDDING_MAX = (50_257, 1_024)  # (d_vocab, d_model) of the table every W_E is cut from: GPT-2's vocabulary, its medium width
+
+
 @functools.lru_cache(maxsize=1)
+def _embedding_table(seed: int) -> torch.Tensor:
+    """The float32 table [50,257 1,024] (206 MB) from ``seed``, drawn once and kept for the last seed asked, which
+    most of a class shares: every size's W_E is its top-left corner. Drawn per size, W_E was the run's largest
+    draw (25.6 million numbers at the seed sizes); a class moving the V and D sliders redrew it on nearly every
+    move, a sixth of the server's time (py-spy, 30 students). Cut from one table, V and D also change nothing
+    but the rows and columns they add or remove."""
+    return torch.randn(*EMBEDDING_MAX, generator=torch.Generator().manual_seed(seed))
+
+
 def _embedding(d_vocab: int, d_model: int, seed: int) -> torch.Tensor:
-    """W_E [d_vocab d_model], float32, from ``seed``: the run's largest draw (25.6 million numbers at the seed
-    sizes, a third of a run's time), kept for the last sizes asked, which most of a class shares. At most
-    4 · 50,000 · 1,024 bytes (205 MB)."""
-    return torch.randn(d_vocab, d_model, generator=torch.Generator().manual_seed(seed))
+    """W_E [d_vocab d_model] from ``seed``: a read-only view of the table's top-left corner."""
+    return _embedding_table(seed)[:d_vocab, :d_model]
 
 
 @functools.lru_cache(maxsize=64)
@@ -187,6 +198,9 @@ def run(batch: int, seq: int, d_vocab: int, d_model: int, n_heads: int, seed: in
     cfg = ModelConfig(n_layers=1, d_model=d_model, n_heads=n_heads, d_vocab=d_vocab, n_ctx=seq, seed=seed)
     if not 1 <= batch <= 64:
         raise ValueError(f"batch={batch} is out of range; choose batch between 1 and 64")
+    if d_vocab > EMBEDDING_MAX[0] or d_model > EMBEDDING_MAX[1]:
+        raise ValueError(f"d_vocab={d_vocab}, d_model={d_model} exceed W_E's table; choose d_vocab ≤ "
+                         f"{EMBEDDING_MAX[0]:,} and d_model ≤ {EMBEDDING_MAX[1]:,}")
     if not 0 <= position < seq:
         raise ValueError(f"position={position} is outside the sequence; choose 0 … {seq - 1}")
     H, D, L, V = n_heads, d_model, cfg.d_head, d_vocab

@@ -98,9 +98,16 @@ def test_compare_fails_on_a_perturbed_tensor():
     assert not check.passed and check.max_scaled_diff == pytest.approx(31e-10, rel=1e-3)
 
 
+def test_every_size_cuts_W_E_from_one_table():
+    small = equivalence._embedding(100, 16, seed=0)
+    assert torch.equal(small, equivalence._embedding(5_000, 512, seed=0)[:100, :16])
+    with pytest.raises(ValueError, match="exceed W_E's table; choose d_vocab ≤ 50,257 and d_model ≤ 1,024"):
+        equivalence.run(batch=1, seq=4, d_vocab=50_258, d_model=16, n_heads=2, seed=0)
+
+
 def test_one_hot_check_runs_only_where_it_fits_the_memory_it_is_given():
-    # Base ≈ 12.9 MB; the float32 check adds 4.0 MB, the float64 one 8.0 + 25.6 MB.
-    result = equivalence.run(batch=1, seq=20, d_vocab=50_000, d_model=64, n_heads=8, seed=0, memory_mb=20)
+    # Base ≈ 206.3 MB (W_E's whole table); the float32 check adds 4.0 MB, the float64 one 8.0 + 25.6 MB.
+    result = equivalence.run(batch=1, seq=20, d_vocab=50_000, d_model=64, n_heads=8, seed=0, memory_mb=215)
     assert result.lookups["float32"] is not None and result.lookups["float32"].passed
     assert result.lookups["float64"] is None
     assert result.lookup_mb["float64"] == pytest.approx((20 * 50_000 * 8 + 50_000 * 64 * 8 + 20 * 64 * 8) / 1e6)

@@ -6,8 +6,8 @@ import time
 
 import streamlit as st
 
-from classroom import activity, pages, training_queue, workers
-from classroom.admission import MEMORY, BudgetError, require_budget
+from classroom import activity, pages, training_queue, trainings
+from classroom.admission import BudgetError, require_budget
 from classroom.experiments import compute
 from classroom.layout import beside, figure, prose, show
 from classroom.part import record
@@ -28,7 +28,8 @@ def bar_question(steps: int) -> str:
             f"{PREV_TOKEN_MIN} (the preset's bar) within the {steps:,} steps set?")
 
 
-workers.warm()  # start the training processes while the student reads the page
+TRAININGS = trainings.current()
+TRAININGS.warm()  # start the training processes while the student reads the page
 
 
 @st.cache_resource(max_entries=8, show_spinner="Tokenizing the text…")
@@ -78,12 +79,12 @@ def own_code(source: str, n_ctx: int, repeats: float, upload: str | None, kwargs
 
 
 def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float, code: str) -> None:
-    """Train ``fn(**kwargs)`` in a queue slot, in a worker process (``workers.run``), drawing every head's attention
+    """Train ``fn(**kwargs)`` in a queue slot, in a worker process (``trainings``), drawing every head's attention
     on the watched repeated sequence (segment ``length``) and the curves at each evaluation; then add the model to
     this session, with ``code``, the Python that trains it again. The figures are built once and updated in place
     (``figures.LiveTraining``). While it waits, the page shows its place in the queue and the measured wait; while it
     runs, the time left at its own rate; a second press while this session's training still runs or waits is refused
-    (``training_queue.QUEUE``: one per session)."""
+    (one per session)."""
     progress = st.progress(0.0, text="Waiting for a free training slot…")
     heads_box, curves_box = (column.empty() for column in st.columns(2))
     history, live, reports = [], [], []
@@ -99,20 +100,21 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
         return f"step {step:,} of at most {steps:,} · {elapsed:.1f} s · {step / elapsed:.0f} steps/s · {left}"
 
     def waiting(position: int, wait_s: float | None) -> None:
-        eta = ("no training has finished on this server yet to estimate the wait" if wait_s is None
+        limit = TRAININGS.limit()
+        eta = ("no training worker is connected to this class's Redis: the teacher starts them (README, Running a "
+               "larger class)" if not limit else
+               "no training has finished on this server yet to estimate the wait" if wait_s is None
                else f"about {wait_s:.0f} s until a slot frees, from the trainings measured here")
         progress.progress(0.0, text=f"Waiting for a free training slot: position {position} in the queue "
-                                    f"({training_queue.QUEUE.running} of {training_queue.QUEUE.limit} running) · {eta}")
+                                    f"({TRAININGS.running()} of {limit} running) · {eta}")
 
     def step_done(step: int) -> None:
         """At most twice a second; any Streamlit call is where a rerun or a closed tab stops the training."""
-        held.advance(step)  # the queue's estimates for those waiting read it
         if time.monotonic() - clock["shown"] > 0.5:
             clock["shown"] = time.monotonic()
             progress.progress(step / steps, text=timing(step))
 
     def evaluated(p: train.Progress) -> None:
-        held.advance(p.step)
         reports.append(p)
         history.append({"step": p.step, "loss": p.loss, **p.metrics})
         progress.progress(p.step / steps, text=f"{timing(p.step)} · loss {p.loss:.3f} nats/token")
@@ -124,11 +126,11 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
 
     owner = session_id()
     try:
-        with training_queue.QUEUE.slot(owner, steps, waiting) as held, MEMORY.hold(memory_mb, "this training"):
-            clock["start"] = time.monotonic()
-            model, history = workers.run(fn, kwargs, on_progress=evaluated, on_step=step_done,
+        model, history = TRAININGS.train(owner, steps, memory_mb, fn, kwargs, on_wait=waiting,
+                                         on_start=lambda: clock.update(start=time.monotonic()),
+                                         on_progress=evaluated, on_step=step_done,
                                          threads=lambda: activity.training_threads(owner))
-            seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
+        seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
     except training_queue.SessionBusy as error:
         progress.empty()
         st.warning(f"Not started: {error}. Any press or change on this page stops the earlier one at its next step; "
@@ -167,8 +169,8 @@ if task == PRESET.name:
         f"once the best induction score reaches {PRESET.induction_target} beside a previous-token head ≥ "
         f"{PREV_TOKEN_MIN}, or after {PRESET.steps:,} steps.")
     st.caption(f"{PRESET.cfg.n_params():,} parameters · batches of {PRESET.batch_size} × {PRESET.cfg.n_ctx} tokens · "
-               f"lr {PRESET.lr:g} · seed {seed} (sidebar) · at most {training_queue.QUEUE.limit} trainings run at once on this "
-               f"server, {training_queue.QUEUE.running} running now")
+               f"lr {PRESET.lr:g} · seed {seed} (sidebar) · at most {TRAININGS.limit()} trainings run at once on this "
+               f"server, {TRAININGS.running()} running now")
     guess = ask("bar", bar_question(PRESET.steps), ["yes", "no"])
     if st.button("Watch an induction head form", type="primary", icon=":material/play_arrow:"):
         st.session_state["bar guess"] = guess
@@ -219,7 +221,7 @@ else:
         st.caption(f"{cfg.n_params():,} parameters · vocabulary {cfg.d_vocab:,} "
                    f"({'words' if source in ('words', 'upload') else 'characters' if source == 'chars' else 'random ids'}) · "
                    f"batches of 32 × {n_ctx} tokens · ≈ {memory:,.0f} MB while training · seed {seed} (sidebar) · "
-                   f"at most {training_queue.QUEUE.limit} trainings run at once on this server, {training_queue.QUEUE.running} running now")
+                   f"at most {TRAININGS.limit()} trainings run at once on this server, {TRAININGS.running()} running now")
         guess = ask("bar", bar_question(steps), ["yes", "no"]) if n_layers else None
         if st.button("Train", type="primary", icon=":material/play_arrow:"):
             st.session_state["bar guess"] = guess

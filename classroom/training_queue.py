@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from classroom.admission import Gate
 
-__all__ = ["seconds_left", "expected_seconds_left", "seconds_until_slot", "SessionBusy", "Ticket", "TrainingQueue",
+__all__ = ["seconds_left", "expected_seconds_left", "seconds_until_slot", "estimate_wait", "SessionBusy", "Ticket", "TrainingQueue",
            "QUEUE"]
 
 
@@ -38,6 +38,27 @@ def seconds_until_slot(remaining_s: list[float], ahead: int, duration_s: float, 
     for _ in range(ahead):
         heapq.heapreplace(slots, slots[0] + duration_s)
     return slots[0]
+
+
+def estimate_wait(running: list[tuple[int, int, float]], ahead: int, durations: list[float],
+                  limit: int) -> float | None:
+    """Seconds until a slot frees for a waiting training with ``ahead`` others before it (``seconds_until_slot``),
+    given each running training's (step, steps, elapsed_s) and the wall times of recently finished ones: a running
+    training's remaining time from its own measured steps/s (before its first step: the median finished training's
+    wall time, less its time so far), and that median for each one ahead. None while that needs a finished training
+    and none has finished yet."""
+    typical = statistics.median(durations) if durations else None
+    remaining = []
+    for step, steps, elapsed in running:
+        if step:
+            remaining.append(seconds_left(step, steps, elapsed))
+        elif typical is not None:
+            remaining.append(max(typical - elapsed, 0.0))
+        else:
+            return None
+    if ahead and typical is None:
+        return None
+    return seconds_until_slot(remaining, ahead, typical or 0.0, max(limit, len(remaining)))
 
 
 class SessionBusy(Exception):
@@ -72,24 +93,11 @@ class TrainingQueue:
         return len(self._gate.holding)
 
     def wait_s(self, ticket: Ticket) -> float | None:
-        """Seconds until a slot frees for the waiting ``ticket`` (``seconds_until_slot``): a running training's
-        remaining time from its own measured steps/s (before its first step: the median finished training's wall
-        time, less its time so far), and that median for each one ahead. None while that needs a finished training
-        and none has finished on this server yet."""
+        """Seconds until a slot frees for the waiting ``ticket`` (``estimate_wait``)."""
         with self._gate.changed:
-            now, typical = time.monotonic(), statistics.median(self._durations) if self._durations else None
-            remaining = []
-            for other in self._gate.holding:
-                if other.step:
-                    remaining.append(seconds_left(other.step, other.steps, now - other.started))
-                elif typical is not None:
-                    remaining.append(max(typical - (now - other.started), 0.0))
-                else:
-                    return None
-            ahead = self._gate.waiting.index(ticket)
-            if ahead and typical is None:
-                return None
-            return seconds_until_slot(remaining, ahead, typical or 0.0, self.limit)
+            now = time.monotonic()
+            running = [(other.step, other.steps, now - other.started) for other in self._gate.holding]
+            return estimate_wait(running, self._gate.waiting.index(ticket), list(self._durations), self.limit)
 
     @contextmanager
     def slot(self, owner: str, steps: int, on_wait: Callable[[int, float | None], None],

@@ -1,0 +1,77 @@
+"""Where the class's trainings run: the one door the Train page uses, with two backends behind it.
+
+By default (``LocalTrainings``) a training waits in this server's queue (``training_queue.QUEUE``) and runs in one of
+this server's worker processes (``workers``). When the shared state is in Redis (``shared``), it is a job in an RQ
+queue there (``training_jobs.RedisTrainings``) that any worker process reaching that Redis runs, so every replica of
+a class shares one queue, one limit and one wait estimate. Either way ``train`` returns the trained model's
+safetensors bytes and its history, or raises ``training_queue.SessionBusy`` (a second training for one session),
+``ValueError`` (a training that refused its settings) or ``RuntimeError`` (its worker died: the message says so)."""
+
+from collections.abc import Callable
+from typing import Protocol
+
+from classroom import shared, training_queue, workers
+from classroom.admission import MEMORY
+from mechlib.train import Progress, TrainResult
+
+__all__ = ["Trainings", "LocalTrainings", "current"]
+
+Trained = tuple[bytes, list[dict[str, float]]]  # the model's safetensors bytes, its evaluation history
+
+
+class Trainings(Protocol):
+    def limit(self) -> int:
+        """How many trainings may run at once."""
+
+    def running(self) -> int:
+        """How many run now."""
+
+    def warm(self) -> None:
+        """Make ready what the first training would otherwise wait for."""
+
+    def train(self, owner: str, steps: int, memory_mb: float, fn: Callable[..., TrainResult], kwargs: dict,
+              on_wait: Callable[[int, float | None], None], on_start: Callable[[], None],
+              on_progress: Callable[[Progress], None], on_step: Callable[[int], None],
+              threads: Callable[[], int]) -> Trained:
+        """``fn(**kwargs, on_progress=…, on_step=…)`` for ``owner`` (a session) once a slot frees; meanwhile
+        ``on_wait(position, wait_s)`` (1 = next; ``wait_s`` None while nothing measured estimates it), then
+        ``on_start()`` once it runs. ``threads()``: how many threads it may use now, where the backend can follow it.
+        If a callback raises (the student left), the training stops within ten steps and the exception propagates."""
+
+
+class LocalTrainings:
+    """This server's queue and worker processes; the training's memory is held under this server's budget."""
+
+    def limit(self) -> int:
+        return training_queue.QUEUE.limit
+
+    def running(self) -> int:
+        return training_queue.QUEUE.running
+
+    def warm(self) -> None:
+        workers.warm()
+
+    def train(self, owner, steps, memory_mb, fn, kwargs, on_wait, on_start, on_progress, on_step, threads) -> Trained:
+        with training_queue.QUEUE.slot(owner, steps, on_wait) as held, MEMORY.hold(memory_mb, "this training"):
+            on_start()
+
+            def stepped(step: int) -> None:
+                held.advance(step)  # the queue's estimates for those waiting read it
+                on_step(step)
+
+            def evaluated(progress: Progress) -> None:
+                held.advance(progress.step)
+                on_progress(progress)
+
+            return workers.run(fn, kwargs, on_progress=evaluated, on_step=stepped, threads=threads)
+
+
+_LOCAL = LocalTrainings()
+
+
+def current() -> Trainings:
+    """Redis's RQ queue when the shared state is in Redis, else this server's."""
+    if (client := shared.client()) is None:
+        return _LOCAL
+    from classroom.training_jobs import RedisTrainings
+    return RedisTrainings(client)

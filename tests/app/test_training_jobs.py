@@ -1,0 +1,136 @@
+"""Trainings as RQ jobs on Redis (``classroom.training_jobs``), run by real ``rq worker`` processes: the same model as
+in this process, progress relayed, one training per session, a place in the queue while the workers are busy, a
+stop honoured, a refused setting raised as in-process, and a worker killed mid-training reported within seconds."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+import torch
+
+from classroom.training_jobs import ALIVE_TTL_S, RedisTrainings
+from classroom.training_queue import SessionBusy
+from mechlib import io, train
+from mechlib.config import ModelConfig
+from mechlib.data import RandomTokens, WithRepeats
+
+ROOT = Path(__file__).resolve().parents[2]
+CFG = ModelConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=20, n_ctx=24, seed=3)
+DATA = WithRepeats(RandomTokens(20), lengths=(4, 5, 6, 7))
+KWARGS = {"cfg": CFG, "data": DATA, "steps": 40, "seed": 7, "eval_every": 10, "watch": 5}
+LONG = {**KWARGS, "steps": 100_000, "eval_every": 1_000}  # runs until stopped
+
+
+class Worker:
+    """One ``training_worker`` process, as ``deploy/class.sh`` starts it, on the test's Redis database."""
+
+    def __init__(self, url: str):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "classroom.training_worker", url],
+            cwd=ROOT, env={**os.environ, "MECHLIB_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def jobs(redis_server):
+    """A RedisTrainings on a database of its own, emptied, with one worker connected; every worker stopped after."""
+    url = redis_server.url.rsplit("/", 1)[0] + "/5"
+    shared = redis.Redis.from_url(url)
+    shared.flushdb()
+    trainings, started = RedisTrainings(shared), []
+
+    def start_worker() -> Worker:
+        started.append(Worker(url))
+        deadline = time.monotonic() + 60
+        while trainings.limit() < len([w for w in started if w.process.poll() is None]):
+            assert time.monotonic() < deadline, started[-1].process.stderr.read1().decode()
+            time.sleep(0.1)
+        return started[-1]
+
+    trainings.start_worker = start_worker
+    yield trainings
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.process.terminate()
+            worker.process.wait(timeout=30)
+    shared.flushdb()
+
+
+def calls(trainings: RedisTrainings, owner: str, kwargs: dict, **callbacks):
+    """``trainings.train`` with callbacks that record; any given in ``callbacks`` replace them."""
+    seen = {"wait": [], "start": [], "progress": [], "step": []}
+    log = {"on_wait": lambda *a: seen["wait"].append(a), "on_start": lambda: seen["start"].append(time.monotonic()),
+           "on_progress": seen["progress"].append, "on_step": seen["step"].append} | callbacks
+    result = trainings.train(owner, kwargs["steps"], 0.0, train.train, kwargs, threads=lambda: 1, **log)
+    return result, seen
+
+
+def test_a_job_trains_the_model_this_process_would_and_relays_every_report(jobs):
+    jobs.start_worker()
+    (model, history), seen = calls(jobs, "a", KWARGS)
+    here = train.train(**KWARGS)
+    assert all(torch.equal(a, b) for a, b in zip(io.load(model).state_dict().values(), here.model.state_dict().values()))
+    assert history == here.history
+    assert [p.step for p in seen["progress"]] == [10, 20, 30, 40] and seen["step"] == [10, 20, 30, 40]
+    assert len(seen["start"]) == 1 and jobs.running() == 0 and jobs.limit() == 1
+
+
+def test_a_refused_setting_is_raised_as_the_in_process_pool_raises_it(jobs):
+    jobs.start_worker()
+    with pytest.raises(ValueError, match="steps=0: train for at least one step"):
+        calls(jobs, "a", {**KWARGS, "steps": 0})
+
+
+def test_one_training_per_session_and_a_place_in_the_queue_while_the_worker_is_busy(jobs):
+    jobs.start_worker()
+    leave = threading.Event()
+
+    def until_left(step: int) -> None:
+        if leave.is_set():
+            raise KeyboardInterrupt("the student left")
+
+    first = threading.Thread(target=lambda: pytest.raises(KeyboardInterrupt, calls, jobs, "a", LONG, on_step=until_left))
+    first.start()
+    deadline = time.monotonic() + 30
+    while jobs.running() < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with pytest.raises(SessionBusy, match="one training per session"):
+        calls(jobs, "a", KWARGS)
+    waits = []
+
+    def waited(position: int, wait_s: float | None) -> None:
+        waits.append(position)
+        leave.set()  # the first student leaves once the second is queued behind them
+
+    (model, _), seen = calls(jobs, "b", KWARGS, on_wait=waited)
+    first.join(timeout=30)
+    assert waits[0] == 1 and seen["step"][-1] == 40 and io.load(model) is not None
+    assert jobs.running() == 0
+
+
+def test_a_worker_killed_mid_training_is_reported_within_seconds(jobs):
+    worker = jobs.start_worker()
+    killed = []
+
+    def kill_once(step: int) -> None:
+        if step >= 100 and not killed:
+            worker.kill()
+            killed.append(time.monotonic())
+
+    with pytest.raises(RuntimeError, match="the worker process running this training stopped"):
+        calls(jobs, "a", LONG, on_step=kill_once)
+    assert time.monotonic() - killed[0] < ALIVE_TTL_S + 2.0
+    assert jobs.running() == 0
+    jobs.start_worker()  # the student presses again: a live worker takes it
+    (model, _), _ = calls(jobs, "a", KWARGS)
+    assert io.load(model) is not None

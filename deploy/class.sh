@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A larger class on this machine, one command: Redis (the class's shared state), N replicas of the app, and nginx in
-# front of them with sticky sessions. Ctrl-C stops them all.
+# A larger class on this machine, one command: Redis (the class's shared state), N replicas of the app, the training
+# workers (RQ, on that Redis), and nginx in front of the replicas with sticky sessions. Ctrl-C stops them all.
 #
 #   deploy/class.sh N            N replicas (default 2); students open http://THIS-MACHINE:8500
 #
@@ -8,7 +8,8 @@
 # replica's port; the others follow), CLASS_REDIS_URL (default: start redis-server on 127.0.0.1:CLASS_REDIS_PORT, 6390, with its
 # append-only file in the state folder; set it to use a Redis elsewhere), CLASS_STATE (.class: Redis's files, logs,
 # the replicas' shared cookie secret, nginx's configuration), CLASS_PYTHON (.venv/bin/python), MECHLIB_THREADS (each
-# replica's torch threads; default: the cores divided among the replicas).
+# replica's torch threads; default: the cores divided among the replicas), CLASS_WORKERS (2: training workers, each
+# running one training at a time on CLASS_WORKER_THREADS threads, default 1, niced below the replicas).
 # Needs Debian's nginx and redis-server (apt-get install nginx redis-server) and the app's venv (the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,7 @@ python=${CLASS_PYTHON:-.venv/bin/python}
 mkdir -p "$state/redis" "$state/logs" "$state/nginx/temp"
 
 pids=()
+worker_pids=()
 stop() {
     trap - EXIT INT TERM
     kill "${pids[@]}" 2>/dev/null || true
@@ -40,6 +42,15 @@ export CLASSROOM_REDIS_URL=$CLASS_REDIS_URL
 # Each replica's torch gets its share of the cores (MECHLIB_THREADS, at least 1): two replicas of two threads each on
 # two cores oversubscribe them, and torch's waiting threads spin.
 export MECHLIB_THREADS=${MECHLIB_THREADS:-$(( $(nproc) / replicas > 0 ? $(nproc) / replicas : 1 ))}
+
+# Training workers: each takes the class's next training from Redis (classroom/training_jobs.py). More machines add
+# theirs with the same command and the same CLASSROOM_REDIS_URL.
+for ((i = 0; i < ${CLASS_WORKERS:-2}; i++)); do
+    MECHLIB_THREADS=${CLASS_WORKER_THREADS:-1} "$python" -m classroom.training_worker "$CLASSROOM_REDIS_URL" \
+        >"$state/logs/worker-$i.log" 2>&1 &
+    pids+=($!)
+    worker_pids+=($!)
+done
 
 # The replicas share one cookie secret, so that a browser's XSRF cookie from one is valid on every other.
 [ -s "$state/cookie-secret" ] || head -c 32 /dev/urandom | base64 >"$state/cookie-secret"
@@ -101,6 +112,7 @@ nginx -p "$state/nginx" -c "$state/nginx/nginx.conf" -g "daemon off;" &
 pids+=($!)
 
 echo "${replica_pids[*]}" >"$state/replica-pids"
+echo "${worker_pids[*]}" >"$state/worker-pids"
 echo "A class of $replicas replicas at http://$(hostname -I 2>/dev/null | cut -d' ' -f1 || echo localhost):$port" \
      "(Redis at $CLASSROOM_REDIS_URL; logs in $state/logs). Ctrl-C stops it."
 wait  # a replica that dies leaves the others serving (nginx skips it); Ctrl-C ends the class

@@ -1,5 +1,5 @@
 """Where the class's shared state lives: in this process (the default: one server, nothing to start), or in Redis when
-one setting names it, so that every replica behind a proxy sees the same stored models.
+one setting names it, so that every replica behind a proxy sees the same stored models, trainings and rooms.
 
 The setting: the environment variable ``CLASSROOM_REDIS_URL``, else the Streamlit secret ``redis_url``
 (``.streamlit/secrets.toml``), for instance ``redis://127.0.0.1:6379/0``."""
@@ -9,7 +9,9 @@ import os
 
 import redis
 
-__all__ = ["SETTING", "SharedStateError", "redis_url", "client", "require"]
+from classroom.local_kv import LocalKV
+
+__all__ = ["SETTING", "SharedStateError", "redis_url", "client", "kv", "require"]
 
 SETTING = "CLASSROOM_REDIS_URL"
 CONNECT_TIMEOUT_S = 2.0  # a replica that cannot reach Redis says so within this, rather than hanging a page
@@ -38,6 +40,14 @@ def client() -> redis.Redis | None:
         return None
     return redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=10.0,
                                 retry_on_timeout=True, health_check_interval=30)
+
+
+_LOCAL = LocalKV()
+
+
+def kv() -> redis.Redis | LocalKV:
+    """The class's key-value state (the live class's rooms): Redis when the setting names one, else this process's."""
+    return client() or _LOCAL
 
 
 def require() -> None:

@@ -1,0 +1,212 @@
+"""A live class: a room the teacher starts and the class joins by its code. The teacher's view (page, settings,
+slide) is the room's, for students who follow it; the class's predictions go to the room, counted once per student,
+and the teacher reveals each question on every screen at once.
+
+A room is a few keys in the class's shared state (``shared.kv``: this process, or Redis across replicas), all
+expiring ``TTL_S`` after the room's last use. It holds no personal data: a student is a session's random id and a
+two-word name they may change. Only the holder of the teacher's token (made at the start, kept as its hash) moves
+the view, opens, reveals or reopens a question; a student changes only their own answer and presence."""
+
+import csv
+import hashlib
+import hmac
+import io
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+__all__ = ["CODE_ALPHABET", "CODE_LENGTH", "TTL_S", "RoomError", "View", "Question", "question_id", "typed_code",
+           "random_name", "Rooms"]
+
+CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"  # no 0/O or 1/I/L: read off a projector and typed on a laptop
+CODE_LENGTH = 8     # 31⁸ ≈ 8.5·10¹¹ codes: a thousand guesses a second for a 4-hour class finds one in 60,000
+TTL_S = 4 * 3600    # a room ends this long after its last use
+PRESENT_S = 10.0    # a student whose session reported within this is connected
+ADJECTIVES = ("amber", "brisk", "calm", "clever", "daring", "eager", "gentle", "golden", "happy", "jolly", "keen",
+              "lively", "lucky", "mellow", "nimble", "quiet", "rapid", "silver", "steady", "sunny", "swift", "witty")
+ANIMALS = ("badger", "beaver", "crane", "dolphin", "falcon", "ferret", "gecko", "heron", "ibis", "koala", "lemur",
+           "lynx", "marten", "otter", "owl", "panda", "puffin", "raven", "seal", "stoat", "tapir", "wren")
+
+
+class RoomError(Exception):
+    """An unknown or expired code, an action only the teacher may take, an answer to a closed question."""
+
+
+@dataclass(frozen=True)
+class View:
+    """What a follower sees: the page (its URL path, "" for the start page), the URL's settings (sorted, without the
+    room's own keys) and the slide within the part shown in presentation mode."""
+    page: str
+    params: tuple[tuple[str, str], ...]
+    slide: int = 0
+
+
+@dataclass(frozen=True)
+class Question:
+    qid: str                     # question_id: the question's key and a digest of its text and options
+    text: str
+    options: tuple[str, ...]
+    accepted: tuple[str, ...]    # the options its computed rule accepts on the teacher's run
+    where: str                   # the page and part it is asked in, for the export
+    revealed: bool = False
+
+
+def question_id(key: str, text: str, options: tuple[str, ...]) -> str:
+    """A question asked under ``key`` with this text and these options: other settings asking other numbers under
+    the same key are another question, with answers of their own."""
+    return f"{key}|{hashlib.sha256(json.dumps([text, list(options)]).encode()).hexdigest()[:12]}"
+
+
+def typed_code(typed: str) -> str:
+    """A code as a student types it: any case, spaces and dashes ignored."""
+    return "".join(ch for ch in typed.upper() if ch not in " -")
+
+
+def random_name(student: str) -> str:
+    """Two words drawn from the student's session id: the name the class sees until they change it."""
+    digest = hashlib.sha256(student.encode()).digest()
+    return f"{ADJECTIVES[digest[0] % len(ADJECTIVES)]} {ANIMALS[digest[1] % len(ANIMALS)]}"
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Rooms:
+    """Rooms in a key-value store with Redis's commands (``redis.Redis`` or ``local_kv.LocalKV``)."""
+
+    def __init__(self, kv, clock: Callable[[], float] = time.time):
+        self.kv, self.clock = kv, clock
+
+    @staticmethod
+    def _key(code: str, name: str) -> str:
+        return f"classroom:room:{code}:{name}"
+
+    def _names(self, code: str) -> list[str]:
+        return [self._key(code, name) for name in ("meta", "view", "version", "questions", "answers", "students")]
+
+    def _touch(self, code: str) -> None:
+        for key in self._names(code):
+            self.kv.expire(key, TTL_S)
+
+    def start(self) -> tuple[str, str]:
+        """A new room: (its code, the teacher's token)."""
+        token = secrets.token_urlsafe(24)
+        while True:
+            code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+            if self.kv.set(self._key(code, "meta"), json.dumps({"token": _digest(token)}), ex=TTL_S, nx=True):
+                return code, token
+
+    def exists(self, code: str) -> bool:
+        return self.kv.get(self._key(code, "meta")) is not None
+
+    def require(self, code: str) -> None:
+        if not self.exists(code):
+            raise RoomError(f"no class has the code {code} on this server: check the code on the teacher's screen "
+                            f"(a class ends {TTL_S // 3600} hours after its last use)")
+
+    def is_teacher(self, code: str, token: str | None) -> bool:
+        meta = self.kv.get(self._key(code, "meta"))
+        return bool(token) and meta is not None and hmac.compare_digest(json.loads(meta)["token"], _digest(token))
+
+    def _teacher(self, code: str, token: str | None, action: str) -> None:
+        self.require(code)
+        if not self.is_teacher(code, token):
+            raise RoomError(f"only the teacher's session can {action}")
+
+    def version(self, code: str) -> int:
+        """Moves on every change a follower must see: the view, a question revealed or reopened."""
+        return int(self.kv.get(self._key(code, "version")) or 0)
+
+    def view(self, code: str) -> View | None:
+        raw = self.kv.get(self._key(code, "view"))
+        if raw is None:
+            return None
+        page, params, slide = json.loads(raw)
+        return View(page, tuple(tuple(pair) for pair in params), slide)
+
+    def lead(self, code: str, token: str | None, view: View) -> bool:
+        """The teacher's view becomes the room's; whether it changed."""
+        self._teacher(code, token, "lead the class")
+        if self.view(code) == view:
+            return False
+        self.kv.set(self._key(code, "view"), json.dumps([view.page, [list(p) for p in view.params], view.slide]),
+                    ex=TTL_S)
+        self.kv.incr(self._key(code, "version"))
+        self._touch(code)
+        return True
+
+    def ask(self, code: str, token: str | None, question: Question) -> Question:
+        """The teacher's slide asks ``question``: open, unless the room already has it (revealed or not)."""
+        self._teacher(code, token, "ask the class")
+        if (known := self.question(code, question.qid)) is not None:
+            return known
+        self.kv.hset(self._key(code, "questions"), question.qid, json.dumps(asdict(question)))
+        self._touch(code)
+        return question
+
+    def question(self, code: str, qid: str) -> Question | None:
+        raw = self.kv.hget(self._key(code, "questions"), qid)
+        if raw is None:
+            return None
+        fields = json.loads(raw)
+        return Question(**{**fields, "options": tuple(fields["options"]), "accepted": tuple(fields["accepted"])})
+
+    def reveal(self, code: str, token: str | None, qid: str, revealed: bool = True) -> None:
+        """Reveal the question on every screen (``revealed=False``: reopen it; the answers given stay)."""
+        self._teacher(code, token, "reveal or reopen a question")
+        if (known := self.question(code, qid)) is None:
+            raise RoomError("the room has no such question")
+        self.kv.hset(self._key(code, "questions"), qid, json.dumps({**asdict(known), "revealed": revealed}))
+        self.kv.incr(self._key(code, "version"))
+        self._touch(code)
+
+    def answer(self, code: str, qid: str, student: str, option: str) -> None:
+        """The student's answer; a new one replaces theirs. Only while the question is open."""
+        self.require(code)
+        question = self.question(code, qid)
+        if question is None or question.revealed:
+            raise RoomError("this question is not open in the room: its answer is revealed, or the teacher has not "
+                            "asked it")
+        if option not in question.options:
+            raise RoomError(f"{option!r} is not one of the question's options")
+        self.kv.hset(self._key(code, "answers"), f"{qid}\n{student}", option)
+
+    def answer_of(self, code: str, qid: str, student: str) -> str | None:
+        raw = self.kv.hget(self._key(code, "answers"), f"{qid}\n{student}")
+        return raw.decode() if raw is not None else None
+
+    def tally(self, code: str, qid: str) -> dict[str, int]:
+        """How many students gave each option (every option, zeros included), one answer each."""
+        question = self.question(code, qid)
+        counts = dict.fromkeys(question.options if question else (), 0)
+        for field, option in self.kv.hgetall(self._key(code, "answers")).items():
+            if field.decode().split("\n")[0] == qid and option.decode() in counts:
+                counts[option.decode()] += 1
+        return counts
+
+    def here(self, code: str, student: str, name: str, following: bool) -> None:
+        """The student's session reports itself, under their name, following the teacher or not."""
+        self.kv.hset(self._key(code, "students"), student, json.dumps([name, self.clock(), following]))
+
+    def presence(self, code: str) -> tuple[int, int]:
+        """(students connected, of whom following): sessions that reported within ``PRESENT_S``."""
+        now = self.clock()
+        rows = [json.loads(raw) for raw in self.kv.hgetall(self._key(code, "students")).values()]
+        live = [following for _, seen, following in rows if now - seen <= PRESENT_S]
+        return len(live), sum(live)
+
+    def counts_csv(self, code: str) -> str:
+        """Every question the room was asked: where, the question, each option, whether its rule accepts it on the
+        teacher's run, and how many chose it."""
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["where", "question", "option", "accepted", "count", "revealed"])
+        for raw in self.kv.hgetall(self._key(code, "questions")).values():
+            question = self.question(code, json.loads(raw)["qid"])
+            for option, count in self.tally(code, question.qid).items():
+                writer.writerow([question.where, question.text, option, option in question.accepted, count,
+                                 question.revealed])
+        return out.getvalue()

@@ -1,0 +1,132 @@
+"""A live class's rooms, on both backends (this process's and Redis): codes, the teacher's token, the view that
+followers read, questions counted once per student and revealed only by the teacher, expiry, the export."""
+
+import csv
+import io
+
+import pytest
+import redis
+
+from classroom.local_kv import LocalKV
+from classroom.rooms import (CODE_ALPHABET, CODE_LENGTH, TTL_S, Question, RoomError, Rooms, View, question_id,
+                             random_name, typed_code)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["local", "redis"])
+def rooms(request):
+    if request.param == "local":
+        yield Rooms(LocalKV())
+        return
+    server = request.getfixturevalue("redis_server")
+    shared = redis.Redis.from_url(server.url.rsplit("/", 1)[0] + "/6")
+    shared.flushdb()
+    yield Rooms(shared)
+    shared.flushdb()
+
+
+QUESTION = Question(question_id("heads", "Which head breaks it?", ("L1H0", "L1H1")), "Which head breaks it?",
+                    ("L1H0", "L1H1"), ("L1H0",), "Circuits: two layers · ablation")
+
+
+def test_a_code_is_eight_letters_easy_to_read_and_typed_any_way(rooms):
+    code, token = rooms.start()
+    assert len(code) == CODE_LENGTH and set(code) <= set(CODE_ALPHABET) and not set("01OIL") & set(code)
+    assert typed_code(f" {code[:4].lower()}-{code[4:]} ") == code and rooms.exists(code)
+    assert len(token) >= 32 and token not in code
+
+
+def test_an_unknown_code_is_refused_with_a_message(rooms):
+    with pytest.raises(RoomError, match="no class has the code ABCDEFGH on this server"):
+        rooms.answer("ABCDEFGH", QUESTION.qid, "s1", "L1H0")
+
+
+def test_only_the_teachers_token_leads_asks_and_reveals(rooms):
+    code, token = rooms.start()
+    view = View("circuits-two", (("model", "zoo: attn-only-2l"), ("part", "Ablation")), 1)
+    for wrong in (None, "", "a guess", rooms.start()[1]):
+        with pytest.raises(RoomError, match="only the teacher's session can lead the class"):
+            rooms.lead(code, wrong, view)
+        with pytest.raises(RoomError, match="only the teacher's session can ask the class"):
+            rooms.ask(code, wrong, QUESTION)
+    assert rooms.view(code) is None and rooms.version(code) == 0
+    assert rooms.lead(code, token, view) and rooms.view(code) == view and rooms.version(code) == 1
+    assert not rooms.lead(code, token, view) and rooms.version(code) == 1  # the same view moves nobody
+    rooms.ask(code, token, QUESTION)
+    with pytest.raises(RoomError, match="only the teacher's session can reveal"):
+        rooms.reveal(code, "a guess", QUESTION.qid)
+    assert not rooms.question(code, QUESTION.qid).revealed
+
+
+def test_each_student_counts_once_and_a_new_answer_replaces_the_old(rooms):
+    code, token = rooms.start()
+    with pytest.raises(RoomError, match="not open in the room"):
+        rooms.answer(code, QUESTION.qid, "s1", "L1H0")  # not asked yet
+    rooms.ask(code, token, QUESTION)
+    rooms.answer(code, QUESTION.qid, "s1", "L1H1")
+    rooms.answer(code, QUESTION.qid, "s1", "L1H0")
+    rooms.answer(code, QUESTION.qid, "s2", "L1H1")
+    assert rooms.tally(code, QUESTION.qid) == {"L1H0": 1, "L1H1": 1}
+    assert rooms.answer_of(code, QUESTION.qid, "s1") == "L1H0"
+    with pytest.raises(RoomError, match="not one of the question's options"):
+        rooms.answer(code, QUESTION.qid, "s3", "L0H0")
+    before = rooms.version(code)
+    rooms.reveal(code, token, QUESTION.qid)
+    assert rooms.version(code) == before + 1 and rooms.question(code, QUESTION.qid).revealed
+    with pytest.raises(RoomError, match="not open in the room"):
+        rooms.answer(code, QUESTION.qid, "s3", "L1H0")
+    rooms.reveal(code, token, QUESTION.qid, revealed=False)  # reopened: the answers given stay
+    rooms.answer(code, QUESTION.qid, "s3", "L1H0")
+    assert rooms.tally(code, QUESTION.qid) == {"L1H0": 2, "L1H1": 1}
+    assert rooms.ask(code, token, QUESTION) == rooms.question(code, QUESTION.qid)  # asked again: its state stays
+
+
+def test_other_settings_asking_other_numbers_are_another_question():
+    assert question_id("bin", "Which bin?", ("a", "b")) != question_id("bin", "Which bin at seed 1?", ("a", "b"))
+    assert question_id("bin", "Which bin?", ("a", "b")) == question_id("bin", "Which bin?", ("a", "b"))
+
+
+def test_presence_counts_the_students_seen_lately_and_those_following():
+    clock = Clock()
+    rooms = Rooms(LocalKV(clock), clock)
+    code, _ = rooms.start()
+    rooms.here(code, "s1", "calm otter", True)
+    rooms.here(code, "s2", "swift heron", False)
+    clock.now += 5
+    rooms.here(code, "s3", "keen lynx", True)
+    assert rooms.presence(code) == (3, 2)
+    clock.now += 8  # s1 and s2 last reported 13 s ago: gone
+    assert rooms.presence(code) == (1, 1)
+
+
+def test_a_room_ends_hours_after_its_last_use():
+    clock = Clock()
+    rooms = Rooms(LocalKV(clock), clock)
+    code, token = rooms.start()
+    clock.now += TTL_S - 60
+    rooms.lead(code, token, View("", ()))  # a use: the room lives on
+    clock.now += TTL_S - 60
+    assert rooms.exists(code) and rooms.view(code) == View("", ())
+    clock.now += 120
+    assert not rooms.exists(code) and rooms.view(code) is None
+
+
+def test_names_are_two_words_from_the_session_and_hold_nothing_personal():
+    assert random_name("session a") == random_name("session a") and len(random_name("session a").split()) == 2
+    assert len({random_name(f"session {i}") for i in range(50)}) > 20
+
+
+def test_the_export_has_every_question_with_its_counts_and_accepted_options(rooms):
+    code, token = rooms.start()
+    rooms.ask(code, token, QUESTION)
+    rooms.answer(code, QUESTION.qid, "s1", "L1H0")
+    rows = list(csv.DictReader(io.StringIO(rooms.counts_csv(code))))
+    assert [(r["option"], r["accepted"], r["count"]) for r in rows] == [("L1H0", "True", "1"), ("L1H1", "False", "0")]
+    assert rows[0]["where"] == "Circuits: two layers · ablation" and rows[0]["question"] == "Which head breaks it?"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import streamlit as st
 
 import mechlib
-from classroom import activity, pages, shared, slides
+from classroom import activity, live, pages, shared, slides
 from classroom.admission import BudgetError, budget_mb, require_budget
 from classroom.server import collect_garbage, freeze_libraries, warm_up
 from classroom.session import add_session_model, session_id, session_model, teacher
@@ -135,8 +135,9 @@ def model_picker() -> None:
 
     if "select_model" in st.session_state:
         st.session_state["model"] = st.session_state.pop("select_model")
-    if st.session_state.get("model") not in options:
-        st.session_state["model"] = default
+    if st.session_state.get("model") not in options:  # a label (the teacher's address, for a follower), or gone
+        st.session_state["model"] = {label(option): option for option in options}.get(st.session_state.get("model"),
+                                                                                       default)
     picked = st.selectbox("model", options, options.index(default), key="model", bind="query-params", format_func=label)
     if picked in shipped:
         st.session_state["model_choice"] = ("zoo", picked)
@@ -172,6 +173,7 @@ def sidebar() -> None:
     model_picker()
     st.caption(describe_choice())
     st.caption(f"Requests above {budget_mb():,.0f} MB are refused with an estimate. mechlib {mechlib.__version__}")
+    live.panel()
 
 
 try:
@@ -185,15 +187,18 @@ groups: dict[str, list[st.Page]] = {}
 for page in pages.PAGES:
     groups.setdefault(page.group, []).append(PAGE_FILES[page.file])
 navigation = st.navigation(groups)
+live.join_from_link()
 with st.sidebar:
     sidebar()
 slides.chrome(next(page for page in PAGE_FILES if PAGE_FILES[page] is navigation))
 url_notes()
+live.join_card()
 activity.run_started(session_id())
 try:
     navigation.run()
 finally:  # after the page's widgets, so the URL holds every setting the page drew (a page may stop early)
     slides.finish()
     copy_link(slides.link_place())
+    live.publish(navigation.url_path)
     collect_garbage()
     activity.run_ended(session_id())

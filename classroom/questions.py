@@ -5,7 +5,8 @@ from collections.abc import Collection
 
 import streamlit as st
 
-from classroom import part, slides
+from classroom import live, part, slides
+from classroom.rooms import Question
 from classroom.slides import presenting, reading
 
 
@@ -46,9 +47,12 @@ def predict(key: str, question: str, options: list[str], accepted: Collection[st
     """Predict, then reveal. ``accepted`` is the set of options that the rule the reveal states computes on this
     run (every head the ablation breaks, the bin holding the value), so the grading follows the model and the
     sizes. Returns whether the evidence that answers the question may be drawn: once it is revealed, or at once in
-    reading mode (the question folded above it)."""
+    reading mode (the question folded above it). In a live class the teacher's slide asks the room and reveals it on
+    every screen (``live``)."""
     assert accepted and set(accepted) <= set(options), (accepted, options)
     revealed = _asked(key, question, options)
+    if (asked := live.room_question(key, question, options, accepted, _where())) is not None:
+        return _room_question(asked, "Predict, then reveal.", "your prediction", why) or reading()
     with _question_box():
         st.markdown(f"**Predict, then reveal.** {question}")
         kept = st.session_state.get(f"guess {key}")
@@ -62,6 +66,59 @@ def predict(key: str, question: str, options: list[str], accepted: Collection[st
             st.markdown(answer_line(guess, accepted, why))
             revealed = True
     return revealed or reading()
+
+
+def _where() -> str:
+    """The page and part a question is asked in, for the class's export."""
+    collected = part.current()
+    return " · ".join(filter(None, [st.session_state.get("room page") or "start", collected and collected.title]))
+
+
+def _room_question(asked: Question, kind: str, label: str, why: str) -> bool:
+    """A question the room asked: the teacher sees how many answered while it is open, then the class's answers
+    beside the computed answer set, and reveals or reopens it for everyone; a student answers once (a new answer
+    replaces the old) and sees the reveal when the teacher reveals it, graded by the question's own rule. Returns
+    whether it is revealed."""
+    with _question_box():
+        st.markdown(f"**{kind}** {asked.text}")
+        if live.leading():
+            if asked.revealed:
+                _class_answers(asked)
+                st.markdown(answer_line(None, asked.accepted, why))
+            else:
+                _answered(asked.qid)
+            st.button("Reopen the question" if asked.revealed else "Reveal to the class", key=f"room reveal {asked.qid}",
+                      on_click=live.reveal, args=(asked.qid, not asked.revealed),
+                      type="tertiary" if asked.revealed else "primary",
+                      icon=None if asked.revealed else ":material/visibility:")
+            return asked.revealed
+        mine = live.my_answer(asked.qid)
+        if asked.revealed:
+            st.markdown(f"Your answer: **{mine or 'none given'}**")
+            st.markdown(answer_line(mine, asked.accepted, why))
+        else:
+            guess = st.radio(label, asked.options, asked.options.index(mine) if mine in asked.options else None,
+                             key=f"room answer {asked.qid}", horizontal=True)
+            if guess != mine:
+                live.answer(asked.qid, guess)
+            st.caption("Your answer goes to the class; the teacher reveals the answer on every screen.")
+    return asked.revealed
+
+
+@st.fragment(run_every=2.0)
+def _answered(qid: str) -> None:
+    """While the question is open, on the teacher's slide: how many have answered, not what."""
+    connected, _ = live.presence()
+    st.markdown(f"**{sum(live.tally(qid).values())}** of {connected} students connected have answered")
+
+
+def _class_answers(asked: Question) -> None:
+    """The class's answers, counted once per student, beside the options the computed rule accepts."""
+    counts = live.tally(asked.qid)
+    total = sum(counts.values()) or 1
+    for option, count in counts.items():
+        mark = " ✓ (the computed answer)" if option in asked.accepted else ""
+        st.progress(count / total, text=f"**{option}**: {count} ({100 * count / total:.0f} %){mark}")
 
 
 def answer_line(guess: str | None, accepted: Collection[str], why: str) -> str:
@@ -81,8 +138,11 @@ def ask(key: str, question: str, options: list[str]) -> str | None:
 
 def exercise(key: str, task: str, options: list[str], correct: Collection[str], why: str) -> bool:
     """An exercise with a checked answer: ``correct`` is computed from the live model, so the check follows it.
-    Returns whether the evidence that answers it may be drawn: once the answer is shown, or in reading mode."""
+    Returns whether the evidence that answers it may be drawn: once the answer is shown, or in reading mode. In a
+    live class it is the room's, as ``predict``'s questions are."""
     revealed = _asked(key, task, options)
+    if correct and (asked := live.room_question(key, task, options, correct, _where())) is not None:
+        return _room_question(asked, "Exercise.", "your answer", why) or reading()
     with _question_box():
         st.markdown(f"**Exercise.** {task}")
         answer = st.selectbox("your answer", options, index=None, key=f"exercise {key}", placeholder="choose…")

@@ -1,0 +1,291 @@
+"""The live class in the app (``rooms``): the sidebar's panel (start a class, join one, follow the teacher), the
+join card the teacher projects, the teacher's view published after each of its runs, and followers moved to it.
+
+A follower's session looks at the room's version every ``POLL_S`` seconds (a fragment with ``run_every``: a small
+read, no page rerun) and reruns only when it moved: to the teacher's page, settings and slide if it follows, in
+place otherwise (a reveal is drawn on every screen). The teacher's token arrives in the teacher's link
+(``?teacher=``), moves into the session at once and leaves the address, which the projector shows."""
+
+import time
+from urllib.parse import urlencode, urlsplit
+
+import segno
+import streamlit as st
+
+from classroom import shared, slides
+from classroom.rooms import Question, RoomError, Rooms, View, question_id, random_name, typed_code
+
+__all__ = ["ROOM", "TEACHER", "POLL_S", "rooms", "code", "leading", "following", "join_from_link", "panel",
+           "join_card", "publish", "room_question"]
+
+ROOM = "room"          # the URL key naming the room: students' links carry it
+TEACHER = "teacher"    # the URL key of the teacher's link: the token
+POLL_S = 1.0           # a follower looks at the room this often
+REPORT_S = 4.0         # and reports its presence this often
+OWN_KEYS = {ROOM, TEACHER}
+
+
+def rooms() -> Rooms:
+    return Rooms(shared.kv())
+
+
+def code() -> str | None:
+    return st.session_state.get("room code")
+
+
+def _token() -> str | None:
+    return st.session_state.get("room token")
+
+
+def leading() -> bool:
+    """This session holds the teacher's token for its room."""
+    return bool(code() and _token())
+
+
+def following() -> bool:
+    return bool(code()) and not leading() and st.session_state.get("room follow", True)
+
+
+def _student() -> str:
+    from classroom.session import session_id
+    return session_id()
+
+
+def _join(typed: str, token: str | None = None) -> None:
+    """Join the room ``typed`` names (as the teacher when ``token`` is its token); raises ``RoomError``."""
+    room = typed_code(typed)
+    rooms().require(room)
+    st.session_state["room code"] = room
+    st.session_state["room token"] = token if token and rooms().is_teacher(room, token) else None
+    st.session_state.pop("room version", None)
+    st.query_params[ROOM] = room
+
+
+def join_from_link() -> None:
+    """A follower's move to the teacher's view, asked for by ``_watch``; a link's ``?room=`` joins its room
+    (``?teacher=`` as its teacher), once, and the token leaves the address. An unknown or expired code is said
+    above the page and dropped from the address."""
+    if (view := st.session_state.pop("room go", None)) is not None:
+        _go(view)
+    linked, token = st.query_params.get(ROOM), st.query_params.get(TEACHER)
+    if TEACHER in st.query_params:
+        del st.query_params[TEACHER]
+    if linked is None or (typed_code(linked) == code() and token is None):
+        return
+    try:
+        _join(linked, token)
+    except RoomError as error:
+        del st.query_params[ROOM]
+        st.session_state["url_notes"] = [f"The link's class: {error}."]
+
+
+def _start() -> None:
+    room, token = rooms().start()
+    st.session_state["room code"], st.session_state["room token"] = room, token
+    st.session_state.pop("room version", None)
+    st.query_params[ROOM] = room
+
+
+def _leave() -> None:
+    for key in ("room code", "room token", "room version", "room follow"):
+        st.session_state.pop(key, None)
+    st.query_params.pop(ROOM, None)
+
+
+def _origin() -> str:
+    parts = urlsplit(st.context.url or "")
+    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else ""
+
+
+def join_link(room: str) -> str:
+    return f"{_origin()}/?{urlencode({ROOM: room})}"
+
+
+def _qr_svg(link: str) -> str:
+    """The join link as a QR code, drawn here (``segno``), as SVG markup."""
+    return segno.make(link, error="m").svg_inline(scale=8, dark="#111111", light="#ffffff")
+
+
+def join_card() -> None:
+    """On the teacher's screen while the teacher shows it: the code in large type, the join link and its QR code."""
+    if not leading() or not st.session_state.get("room show join", True):
+        return
+    room = code()
+    with st.container(border=True):
+        left, right = st.columns([3, 1], vertical_alignment="center")
+        with left:
+            st.markdown(f"### Join the class: **{room[:4]} {room[4:]}**")
+            st.markdown(f"Open **{join_link(room)}**, or open the app and type the code under *Join a class*.")
+        with right:
+            st.image(_qr_svg(join_link(room)), width=180)
+
+
+def _say_error(error: RoomError) -> None:
+    st.error(f"{error}.", icon=":material/group_off:")
+
+
+def _teacher_panel(room: str) -> None:
+    st.markdown(f"**Leading class {room}**")
+    st.toggle("Show the join code on screen", True, key="room show join")
+    with st.popover("Your teacher's link", icon=":material/key:", width="stretch"):
+        st.caption("Opens this class as its teacher in another browser (the projector's). Keep it to yourself: "
+                   "it lets its holder move the class and reveal answers.")
+        st.code(f"{_origin()}/?{urlencode({ROOM: room, TEACHER: _token()})}", language=None, wrap_lines=True)
+    st.download_button("The class's answers (CSV)", rooms().counts_csv(room), f"class-{room}-answers.csv",
+                       "text/csv", icon=":material/download:", width="stretch")
+
+
+def _student_panel(room: str) -> None:
+    st.markdown(f"**In class {room}**")
+    st.text_input("your name in the class", st.session_state.get("room name") or random_name(_student()),
+                         key="room name", max_chars=40)
+    st.toggle("Follow the teacher", True, key="room follow",
+              help="While on, your screen shows the teacher's page, settings and slide within a couple of seconds. "
+                   "Turn it off to explore on your own.")
+    if not st.session_state["room follow"]:
+        st.button("Back to the teacher's view", icon=":material/sync:", width="stretch",
+                  on_click=lambda: st.session_state.update({"room follow": True, "room version": None}))
+
+
+@st.fragment(run_every=POLL_S)
+def _watch() -> None:
+    """Every ``POLL_S``: for the teacher, how many students are connected and follow; for a student, report this
+    session's presence (every ``REPORT_S``), and rerun the app when the room moved: to the teacher's view for a
+    follower."""
+    room = code()
+    if room is None:
+        return
+    if not rooms().exists(room):
+        _leave()
+        st.rerun()
+    now = time.monotonic()
+    if not leading() and now - st.session_state.get("room reported", 0.0) > REPORT_S:
+        st.session_state["room reported"] = now
+        rooms().here(room, _student(), st.session_state.get("room name") or random_name(_student()), following())
+    if leading():
+        connected, follow = rooms().presence(room)
+        st.caption(f"{connected} students connected, {follow} following you")
+        return
+    version = rooms().version(room)
+    if version == st.session_state.get("room version"):
+        return
+    st.session_state["room version"] = version
+    view = rooms().view(room) if following() else None
+    if view is not None and view != _my_view():
+        st.session_state["room go"] = view  # a page switch from a fragment's run is not carried out: the app's run does it
+    st.rerun()
+
+
+def _my_view(page: str | None = None) -> View:
+    page = st.session_state.get("room page", "") if page is None else page
+    params = tuple(sorted((key, st.query_params[key]) for key in st.query_params if key not in OWN_KEYS))
+    return View(page, params, st.session_state.get(slides.SUB, 0))
+
+
+def _as_value(current, text: str):
+    """``text`` from the teacher's address as the value a widget holding ``current`` takes."""
+    if isinstance(current, bool):
+        return text.lower() == "true"
+    if isinstance(current, int):
+        return int(float(text))
+    if isinstance(current, float):
+        return float(text)
+    return text
+
+
+def _go(view: View) -> None:
+    """To the teacher's view. A setting whose widget this session has drawn is set in the session (the address
+    of a widget bound to it cannot be set); the others go in the address, which a new widget reads. A setting the
+    teacher's address lacks is at its fresh value there: off for a toggle (every one of the app's starts off),
+    forgotten for another widget."""
+    from classroom.pages import PAGES
+    theirs = dict(view.params)
+    address = {ROOM: code()}
+    for key, text in theirs.items():
+        if key in st.session_state and st.session_state[key] is not None:
+            st.session_state[key] = _as_value(st.session_state[key], text)
+        else:
+            address[key] = text
+    for key, _ in _my_view().params:
+        if key not in theirs:  # a toggle's fresh value is off; another widget's, whatever its page gives it
+            if isinstance(st.session_state.get(key), bool):
+                st.session_state[key] = False
+            else:
+                st.session_state.pop(key, None)
+    st.session_state[slides.SUB] = view.slide
+    page = next(page for page in PAGES if page.url_path == view.page)
+    st.switch_page(page.file, query_params=address)
+
+
+def panel() -> None:
+    """The sidebar's class panel."""
+    with st.expander("Live class", expanded=bool(code()), icon=":material/groups:"):
+        room = code()
+        if room is None:
+            from classroom.session import teacher
+            if teacher() and st.button("Start a class", icon=":material/co_present:", width="stretch"):
+                _start()
+                st.rerun()
+            with st.form("join a class", border=False):
+                typed = st.text_input("join a class: its code", max_chars=20, placeholder="e.g. K7QM 2XPD")
+                if st.form_submit_button("Join", width="stretch") and typed.strip():
+                    try:
+                        _join(typed)
+                        st.rerun()
+                    except RoomError as error:
+                        _say_error(error)
+            return
+        _teacher_panel(room) if leading() else _student_panel(room)
+        if st.button("Leave the class", icon=":material/logout:", width="stretch", type="tertiary"):
+            _leave()
+            st.rerun()
+        _watch()
+
+
+def publish(page: str) -> None:
+    """After every run: the page it drew (its URL path) is this session's; the teacher's view becomes the room's."""
+    st.session_state["room page"] = page
+    if leading():
+        try:
+            rooms().lead(code(), _token(), _my_view(page))
+        except RoomError:  # the room expired
+            _leave()
+
+
+def room_question(key: str, text: str, options: list[str], accepted, where: str) -> Question | None:
+    """The room's state of this question: asked by the teacher's slide (open until revealed), or as the teacher
+    asked it, for a student. None outside a room, and for a student whose teacher has not asked it (exploring)."""
+    if code() is None:
+        return None
+    qid = question_id(key, text, tuple(options))
+    try:
+        if leading():
+            return rooms().ask(code(), _token(), Question(qid, text, tuple(options), tuple(accepted), where))
+        return rooms().question(code(), qid)
+    except RoomError:
+        return None
+
+
+def reveal(qid: str, revealed: bool) -> None:
+    rooms().reveal(code(), _token(), qid, revealed)
+
+
+def answer(qid: str, option: str | None) -> None:
+    """This student's answer to the room's question (None: none given yet)."""
+    if option is not None:
+        try:
+            rooms().answer(code(), qid, _student(), option)
+        except RoomError as error:
+            _say_error(error)
+
+
+def tally(qid: str) -> dict[str, int]:
+    return rooms().tally(code(), qid)
+
+
+def my_answer(qid: str) -> str | None:
+    return rooms().answer_of(code(), qid, _student())
+
+
+def presence() -> tuple[int, int]:
+    return rooms().presence(code())

@@ -1,0 +1,145 @@
+"""A live class in four browsers (a teacher and three students, separate contexts): a wrong code is refused with a
+message; the teacher's page change, model change and Next reach every follower; a student who stops following is
+not moved; each student's prediction is counted once; a student cannot reveal, even with a forged teacher link; the
+teacher's reveal reaches every follower, each marked by the question's rule."""
+
+import re
+import time
+from urllib.parse import parse_qs, urlsplit
+
+from tests.browser.conftest import wait_for_app
+
+FOLLOW_S = 10.0  # the goal is 2 s at p95 (bench/classroom_load.py --room); a loaded CI machine gets room
+
+
+def address(page) -> str:
+    """The address bar: ``page.url`` can lag behind Streamlit's own changes to it."""
+    return page.evaluate("location.href")
+
+
+def view(page) -> tuple[str, dict[str, str]]:
+    """The page's path and its settings, without the room's own key."""
+    url = urlsplit(address(page))
+    return url.path, {key: values[0] for key, values in parse_qs(url.query).items() if key != "room"}
+
+
+def sidebar(page):
+    return page.locator('[data-testid="stSidebar"]')
+
+
+def idle(page) -> None:
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+
+
+def open_panel(page) -> None:
+    if not sidebar(page).get_by_text("Leave the class").or_(sidebar(page).get_by_text("join a class")).is_visible():
+        sidebar(page).get_by_text("Live class").click()
+
+
+def step_six(page):
+    """The box of the Equivalence page's step-6 exercise."""
+    return page.locator('[data-testid="stVerticalBlock"]', has_text="Predict the shape of the scores").last
+
+
+def until(condition, what: str, timeout_s: float = FOLLOW_S, seen=lambda: "") -> None:
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < timeout_s, f"{what} within {timeout_s} s: {seen()}"
+        time.sleep(0.1)
+
+
+def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server):
+    contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(4)]
+    teacher, *students = [context.new_page() for context in contexts]
+    following = students[:2]
+    try:
+        teacher.goto(f"{server}/equivalence")
+        wait_for_app(teacher, charts=0)
+        open_panel(teacher)
+        sidebar(teacher).get_by_role("button", name="Start a class").click()
+        teacher.get_by_text("Join the class:").wait_for(timeout=30_000)
+        code = sidebar(teacher).get_by_text(re.compile("Leading class")).inner_text().split()[-1]
+        assert re.fullmatch(r"[2-9A-HJKMNP-Z]{8}", code)
+
+        late = students[2]  # the third student types a wrong code first, then the right one
+        late.goto(f"{server}/")
+        wait_for_app(late, charts=0)
+        open_panel(late)
+        field = sidebar(late).get_by_label("join a class: its code")
+        field.fill("ZZZZ2222")
+        sidebar(late).get_by_role("button", name="Join").click()
+        sidebar(late).get_by_text("no class has the code ZZZZ2222 on this server").wait_for(timeout=30_000)
+        field.fill(f"{code[:4].lower()} {code[4:]}")
+        sidebar(late).get_by_role("button", name="Join").click()
+        students[0].goto(f"{server}/?room={code}")
+        students[1].goto(f"{server}/?room={code}&teacher=not-the-token")  # a forged teacher link
+        for student in students:
+            until(lambda s=student: view(s) == view(teacher), "each student on the teacher's view", 30,
+                  lambda s=student: (view(s), view(teacher)))
+        until(lambda: "3 students connected, 3 following" in sidebar(teacher).inner_text(), "the teacher's count", 20)
+        assert "teacher" not in address(students[1]) and sidebar(students[1]).get_by_text("Leading class").count() == 0
+
+        # The teacher opens another page, then another model in the sidebar: every follower follows
+        sidebar(teacher).get_by_role("link", name="Patterns and messages").click()
+        teacher.wait_for_url(re.compile("/patterns"))
+        for student in students:
+            until(lambda s=student: view(s) == view(teacher), "a follower on the teacher's page")
+        idle(teacher)
+        sidebar(teacher).locator('input[aria-label="model"]').click()
+        teacher.get_by_role("option", name="zoo: attn-only-2l").click()
+        until(lambda: view(teacher)[1].get("model") == "zoo: attn-only-2l", "the teacher's model")
+        for student in students:
+            until(lambda s=student: view(s) == view(teacher), "a follower on the teacher's model")
+
+        # The third student stops following; the teacher presents and presses Next: the others follow
+        open_panel(late)
+        sidebar(late).get_by_text("Follow the teacher").click()
+        sidebar(late).get_by_role("button", name="Back to the teacher's view").wait_for(timeout=15_000)
+        alone = view(late)
+        idle(teacher)
+        teacher.get_by_role("switch", name="Present").check(force=True)
+        until(lambda: view(teacher)[1].get("present") == "true", "presentation mode")
+        idle(teacher)
+        first = view(teacher)
+        teacher.get_by_role("button", name=re.compile("Next")).first.click()
+        until(lambda: view(teacher) != first, "the teacher's Next")
+        for student in following:
+            until(lambda s=student: view(s) == view(teacher), "a follower after Next")
+        time.sleep(3)
+        assert view(late) == alone, "a student who stopped following was moved"
+
+        # The class predicts: the Equivalence page's step-6 exercise, asked by the teacher's page
+        teacher.get_by_role("switch", name="Present").uncheck(force=True)
+        until(lambda: "present" not in view(teacher)[1], "the teacher out of presentation mode")
+        idle(teacher)
+        sidebar(teacher).get_by_role("link", name="Equivalence: heads add up").click()
+        asked = step_six(teacher)
+        asked.get_by_text(re.compile(r"^0 of 3 students connected have answered")).wait_for(timeout=30_000)
+        radios = []
+        for student in following:
+            until(lambda s=student: view(s) == view(teacher), "a follower on the question", FOLLOW_S,
+                  lambda s=student: (view(s), view(teacher)))
+            group = step_six(student).get_by_role("radiogroup", name="your answer")
+            group.wait_for(timeout=30_000)
+            radios.append(group.get_by_role("radio"))
+            assert student.get_by_role("button", name="Reveal to the class").count() == 0
+        radios[0].nth(0).check(force=True)
+        idle(following[0])
+        radios[0].nth(4).check(force=True)  # a new answer replaces the old
+        radios[1].nth(4).check(force=True)
+        asked.get_by_text(re.compile(r"^2 of 3 students connected have answered")).wait_for(timeout=15_000)
+        asked.get_by_role("button", name="Reveal to the class").click()
+        step_six(teacher).get_by_text(re.compile(r"1 × 8 × 20 × 20: 2 \(100 %\) ✓")).wait_for(timeout=15_000)
+        for student in following:
+            step_six(student).get_by_text("as you predicted").wait_for(timeout=FOLLOW_S * 1000)
+        sidebar(teacher).get_by_text("Your teacher's link").click()  # for the projector's browser
+        link = teacher.locator('[data-testid="stPopoverBody"] code').inner_text()
+        assert re.search(f"room={code}&teacher=[A-Za-z0-9_-]{{32}}", link), link
+        projector = browser.new_context().new_page()
+        projector.goto(link)
+        sidebar(projector).get_by_text(f"Leading class {code}").wait_for(timeout=30_000)
+        assert "teacher" not in address(projector)  # the token leaves the projected address
+        projector.context.close()
+    finally:
+        for context in contexts:
+            context.close()

@@ -171,8 +171,11 @@ def _watch() -> None:
         return
     st.session_state["room version"] = version
     view = rooms().view(room) if following() else None
-    if view is not None and view != _my_view():
-        st.session_state["room go"] = view  # a page switch from a fragment's run is not carried out: the app's run does it
+    if view is None or view == _my_view():
+        st.rerun()
+    if view.page == st.session_state.get("room page"):
+        _go(view)  # the same page: the settings change, and one run draws them
+    st.session_state["room go"] = view  # a page switch from a fragment's run is not carried out: the app's run does it
     st.rerun()
 
 
@@ -197,7 +200,8 @@ def _go(view: View) -> None:
     """To the teacher's view. A setting whose widget this session has drawn is set in the session (the address
     of a widget bound to it cannot be set); the others go in the address, which a new widget reads. A setting the
     teacher's address lacks is at its fresh value there: off for a toggle (every one of the app's starts off),
-    forgotten for another widget."""
+    forgotten for another widget. On the page this session is on, the next run draws it; on another, this run
+    switches to it."""
     from classroom.pages import PAGES
     theirs = dict(view.params)
     address = {ROOM: code()}
@@ -207,12 +211,14 @@ def _go(view: View) -> None:
         else:
             address[key] = text
     for key, _ in _my_view().params:
-        if key not in theirs:  # a toggle's fresh value is off; another widget's, whatever its page gives it
+        if key not in theirs:
             if isinstance(st.session_state.get(key), bool):
                 st.session_state[key] = False
             else:
                 st.session_state.pop(key, None)
     st.session_state[slides.SUB] = view.slide
+    if view.page == st.session_state.get("room page") and all(st.query_params.get(k) == v for k, v in address.items()):
+        st.rerun()
     page = next(page for page in PAGES if page.url_path == view.page)
     st.switch_page(page.file, query_params=address)
 

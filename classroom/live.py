@@ -138,7 +138,7 @@ def _teacher_panel(room: str) -> None:
 def _student_panel(room: str) -> None:
     st.markdown(f"**In class {room}**")
     st.text_input("your name in the class", st.session_state.get("room name") or random_name(_student()),
-                         key="room name", max_chars=40)
+                  key="room name", max_chars=40)
     st.toggle("Follow the teacher", True, key="room follow",
               help="While on, your screen shows the teacher's page, settings and slide within a couple of seconds. "
                    "Turn it off to explore on your own.")

@@ -127,7 +127,7 @@ def test_each_data_source_prepares_with_its_vocabulary():
 def test_upload_is_required_before_training_on_it():
     at = train_page(t_data="upload")
     assert any("upload a .txt file" in e.value for e in at.error)
-    assert not at.button  # nothing to train on yet
+    assert not at.main.button  # nothing to train on yet (the sidebar's buttons are the app's: join a class)
 
 
 def test_text_upload_is_validated_and_a_bad_file_keeps_the_previous_text():
@@ -140,7 +140,7 @@ def test_text_upload_is_validated_and_a_bad_file_keeps_the_previous_text():
     at.file_uploader(key="train_upload").upload("photo.txt", b"\x89PNG\r\n\x1a\n\x00\x00" * 50, "text/plain").run()
     assert any("photo.txt: the file looks binary" in e.value and "previous data stays selected" in e.value for e in at.error)
     assert any("Training text: **story.txt**" in c.value for c in at.caption)
-    assert at.button  # the earlier text can still be trained on
+    assert at.main.button  # the earlier text can still be trained on
 
 
 def test_two_trainings_get_two_entries_with_their_settings():
@@ -174,7 +174,7 @@ def test_invalid_settings_say_why_and_keep_the_last_trained_model_and_its_downlo
     at.run()
     assert not at.exception, at.exception
     assert [e.value for e in at.main.error if message in e.value], [e.value for e in at.main.error]
-    assert not at.button  # nothing to train with these settings
+    assert not at.main.button  # nothing to train with these settings
     assert any(s.value == "The model you trained last" for s in at.subheader)
     assert download_buttons(at).count("Download as .safetensors") == 1
     assert at.session_state["model"] == label and label in at.session_state["session_models"]

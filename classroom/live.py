@@ -200,7 +200,7 @@ def _go(view: View) -> None:
     """To the teacher's view. A setting whose widget this session has drawn is set in the session (the address
     of a widget bound to it cannot be set); the others go in the address, which a new widget reads. A setting the
     teacher's address lacks is at its fresh value there: off for a toggle (every one of the app's starts off),
-    forgotten for another widget. On the page this session is on, the next run draws it; on another, this run
+    forgotten for another widget; this session's own settings on that page from an earlier visit included. On the page this session is on, the next run draws it; on another, this run
     switches to it."""
     from classroom.pages import PAGES
     theirs = dict(view.params)
@@ -210,7 +210,8 @@ def _go(view: View) -> None:
             st.session_state[key] = _as_value(st.session_state[key], text)
         else:
             address[key] = text
-    for key, _ in _my_view().params:
+    seen = st.session_state.get("room seen keys", {}).get(view.page, set())  # this session's settings there
+    for key in seen | {key for key, _ in _my_view().params}:
         if key not in theirs:
             if isinstance(st.session_state.get(key), bool):
                 st.session_state[key] = False
@@ -251,6 +252,9 @@ def panel() -> None:
 def publish(page: str) -> None:
     """After every run: the page it drew (its URL path) is this session's; the teacher's view becomes the room's."""
     st.session_state["room page"] = page
+    if code() is not None:  # the settings this session has shown on the page: a follower coming back resets them
+        seen = st.session_state.setdefault("room seen keys", {}).setdefault(page, set())
+        seen.update(key for key in st.query_params if key not in OWN_KEYS)
     if leading():
         try:
             rooms().lead(code(), _token(), _my_view(page))

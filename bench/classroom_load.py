@@ -11,7 +11,8 @@ protocol, so what is measured is the server. Students join over the first 30 s. 
 slider dragged by up to a tenth of its range, or a radio or select box set to another option; after four moves it
 opens the next page of ``--pages``. ``--train`` of the clients press the Train page's preset instead, again and
 again. ``--drill`` adds one student who, once the class is running, makes ten fast moves of the Equivalence page's
-d_model slider (0.3 s apart, without waiting for replies), as a student dragging it would.
+d_model slider (0.3 s apart, without waiting for replies), as a student dragging it would. ``--room``: a live class
+instead, one teacher and ``--clients`` students following (``bench/live_class.py``).
 
 A move counts as changing the output when the content the student sees (text, tables, charts, metrics; not the
 widgets themselves) differs from before the move; a no-op rerun (the same values sent again) is the control, and
@@ -43,6 +44,8 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
+
+from bench import live_class
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["equivalence", "patterns", "residual", "circuits-zero", "lstm"]  # circuits-zero: the old Circuits page's first part
@@ -431,6 +434,8 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=0, help="how many of the clients train")
     parser.add_argument("--pages", type=lambda s: s.split(","), default=PAGES)
     parser.add_argument("--drill", action="store_true")
+    parser.add_argument("--room", action="store_true", help="a live class: one teacher, --clients students "
+                        "following (bench/live_class.py)")
     parser.add_argument("--settle", type=int, default=30, help="seconds to watch memory after the students leave")
     parser.add_argument("--url", help="a running server (http://HOST:PORT); default: start one")
     parser.add_argument("--server-pids", type=lambda s: [int(p) for p in s.split(",")], default=[])
@@ -447,7 +452,7 @@ def main() -> None:
         args.url, args.server_pids = f"http://127.0.0.1:{port}", [server.pid]
     try:
         ws_url = args.url.replace("http", "ws", 1).rstrip("/") + "/_stcore/stream"
-        asyncio.run(measure(ws_url, args.server_pids, args))
+        asyncio.run((live_class.measure_room if args.room else measure)(ws_url, args.server_pids, args))
     finally:
         if server is not None:
             server.terminate()

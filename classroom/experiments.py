@@ -23,9 +23,8 @@ def compute(experiment: Callable, *args, key: tuple | None = None):
     part.record_call(experiment, key, args)
     mb = experiment_mb(experiment, *args)
     model, plain = (args[0], args[1:]) if key is not None else (None, args)
-    try:
-        with st.spinner(timings.cost_line(mb, timings.expected(_name(experiment), key, mb))):
-            return _cached(_name(experiment), key, experiment, model, plain, mb)
+    try:  # by keyword: Streamlit's hashing reads a positional argument's name from the signature at every call
+        return _cached(name=_name(experiment), key=key, _experiment=experiment, _model=model, args=plain, _mb=mb)
     except BudgetError as error:
         st.error(f"{error}.")
         st.stop()
@@ -37,9 +36,13 @@ def _name(experiment: Callable) -> str:
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def _cached(name: str, key: tuple | None, _experiment: Callable, _model, args: tuple, _mb: float):
-    """Keyed on the experiment's name, the model's key and the arguments. On a cache miss only: hold the estimate
-    under the budget and time the computation (``timings``: under the model's key, or the arguments of an experiment
-    that builds its own models)."""
+    """Keyed on the experiment's name, the model's key and the arguments. On a cache miss only: the spinner with its
+    cost, the estimate held under the budget, the computation timed (``timings``: under the model's key, or the
+    arguments of an experiment that builds its own models). The spinner is here, not around the call: on a hit
+    (every follower of a live class, most reruns) it would start a thread for nothing, a wait of its own for the
+    interpreter's lock when thirty sessions run at once. A session waiting for another's computation of the same
+    value shows its page's earlier screen meanwhile."""
     what = getattr(_experiment, "what", None) or f"{_experiment.__name__} on this model"
-    with MEMORY.hold(_mb, what), timings.timed(name, key if key is not None else args, _mb):
+    with (st.spinner(timings.cost_line(_mb, timings.expected(name, key, _mb))), MEMORY.hold(_mb, what),
+          timings.timed(name, key if key is not None else args, _mb)):
         return _experiment(*args) if key is None else _experiment(_model, *args)

@@ -7,9 +7,9 @@ is then left alone with them for ``IDLE_S``: its CPU with the whole class idle a
 ``--minutes``, the teacher moves one of the page's widgets every 20–40 s; a third of the way in they open the
 Equivalence page, whose questions the room asks, the students answer 10–30 s later, and the teacher reveals one
 30–40 s after opening it (one question a run: asked again, a revealed question stays revealed). Printed: the time
-from the teacher's click to each follower's first full run showing the teacher's settings, and from the reveal to
-its first run drawing the graded answer; how often a follower had not shown the teacher's view by the teacher's
-next click; the server's CPU with the idle class; the reply times of the teacher's moves and the answers."""
+from the teacher's click to each follower's first full run showing the teacher's page and settings, and from the
+reveal to its first run drawing the graded answer; how often a follower had not shown the teacher's view by the
+teacher's next click; the server's CPU with the idle class; the reply times of the teacher's moves and the answers."""
 
 import asyncio
 import random
@@ -61,7 +61,7 @@ class Room:
         times, missed = [], 0
         for (since, view), (until, _) in zip(self.moves, self.moves[1:] + [(float("inf"), None)]):
             for follower in followers:
-                reached = [t for t, shown, _ in follower.finished if since < t < until and shown == view[1]]
+                reached = [t for t, shown, _ in follower.finished if since < t < until and shown == view]
                 times.extend(t - since for t in reached[:1])
                 missed += not reached
         return times, missed
@@ -78,7 +78,7 @@ class Follower:
 
     def __init__(self, url: str, room: Room, rng: random.Random):
         self.url, self.room, self.rng = url, room, rng
-        self.query, self.page_hash, self.ticks = "", "", {}
+        self.query, self.page_hash, self.page, self.ticks = "", "", "", {}
         self.finished, self.radios, self.drew_reveal = [], {}, False  # radios: widget id -> options
 
     def _message(self, fragment: str = "") -> BackMsg:
@@ -126,8 +126,11 @@ class Follower:
         reply = ForwardMsg()
         reply.ParseFromString(raw)
         kind = reply.WhichOneof("type")
-        if kind == "new_session":  # every run's first message, a fragment's too
-            self.page_hash = reply.new_session.page_script_hash
+        if kind == "new_session" and not reply.metadata.run.fragment_ids:  # a full run's first message: as the
+            self.page_hash = reply.new_session.page_script_hash  # frontend, a fragment's run leaves the page as it is
+        elif kind == "navigation":  # every full run's: the page it drew, by its URL path
+            paths = {page.page_script_hash: page.url_pathname for page in reply.navigation.app_pages}
+            self.page = paths.get(reply.navigation.page_script_hash, "")
         elif kind == "page_info_changed":
             self.query = reply.page_info_changed.query_string
         elif kind == "auto_rerun" and reply.auto_rerun.fragment_id not in self.ticks:
@@ -147,7 +150,7 @@ class Follower:
             if self.answer_sent is not None:
                 self.room.answer_s.append(now - self.answer_sent)
                 self.answer_sent = None
-            self.finished.append((now, settings(self.query), drew))
+            self.finished.append((now, (self.page, settings(self.query)), drew))
 
 
 async def teach(student, room: Room, followers: list[Follower], minutes: float, stop: asyncio.Event) -> None:
@@ -157,6 +160,8 @@ async def teach(student, room: Room, followers: list[Follower], minutes: float, 
     next_question = time.perf_counter() + 20 * minutes  # a third of the way in: one question a run
     while time.perf_counter() < end:
         await asyncio.sleep(rng.uniform(*TEACHER_MOVES_S))
+        if time.perf_counter() >= end:  # a move now would be cut short by the class leaving
+            break
         if time.perf_counter() >= next_question:
             next_question = float("inf")
             await ask(student, room, followers)

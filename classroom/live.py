@@ -3,9 +3,14 @@ join card the teacher projects, the teacher's view published after each of its r
 
 A follower's session looks at the room's version every ``POLL_S`` seconds (a fragment with ``run_every``: a small
 read, no page rerun) and reruns only when it moved: to the teacher's page, settings and slide if it follows, in
-place otherwise (a reveal is drawn on every screen). The teacher's token arrives in the teacher's link
-(``?teacher=``), moves into the session at once and leaves the address, which the projector shows."""
+place otherwise (a reveal is drawn on every screen). A follower's look (the fragment's own run, not the app's) also
+waits up to ``WAIT_S`` for a teacher in this process to move the room, and is woken at once when one does: a class
+follows without the poll's delay, at the cost of a following student's own click waiting up to ``WAIT_S`` for the
+look to end (a radio or slider shows the click at once; the page's answer to it comes then). The teacher's token
+arrives in the teacher's link (``?teacher=``), moves into the session at once and leaves the address, which the
+projector shows."""
 
+import threading
 import time
 from urllib.parse import urlencode, urlsplit
 
@@ -21,8 +26,18 @@ __all__ = ["ROOM", "TEACHER", "POLL_S", "rooms", "code", "leading", "following",
 ROOM = "room"          # the URL key naming the room: students' links carry it
 TEACHER = "teacher"    # the URL key of the teacher's link: the token
 POLL_S = 1.0           # a follower looks at the room this often
+WAIT_S = 0.9           # and, following, waits this long of each look for this process's teacher to move it
 REPORT_S = 4.0         # and reports its presence this often
 OWN_KEYS = {ROOM, TEACHER}
+DEFAULT_CHARS = 500    # the longest default value published for followers (a prompt's text)
+
+
+_moved = threading.Condition()  # notified when a teacher in this process moves their room or reveals a question
+
+
+def _notify() -> None:
+    with _moved:
+        _moved.notify_all()
 
 
 def rooms() -> Rooms:
@@ -87,7 +102,7 @@ def _start() -> None:
 
 
 def _leave() -> None:
-    for key in ("room code", "room token", "room version", "room follow"):
+    for key in ("room code", "room token", "room version", "room follow", "room target"):
         st.session_state.pop(key, None)
     st.query_params.pop(ROOM, None)
 
@@ -106,11 +121,29 @@ def _qr_svg(link: str) -> str:
     return segno.make(link, error="m").svg_inline(scale=8, dark="#111111", light="#ffffff")
 
 
+# In presentation mode the card floats in the slide's lower right corner (its container's documented
+# ``st-key-`` class), over the slide rather than above it: a slide fits the screen's height.
+FLOATING_CARD = """<style>
+.st-key-join-card { position: fixed !important; right: 1.5rem; bottom: 1.5rem; width: 24rem !important;
+  z-index: 999990; background: white; box-shadow: 0 0.25rem 1.5rem rgba(0, 0, 0, 0.25); }
+</style>"""
+
+
 def join_card() -> None:
-    """On the teacher's screen while the teacher shows it: the code in large type, the join link and its QR code."""
+    """On the teacher's screen while the teacher shows it: the code in large type, the join link and its QR code;
+    in presentation mode a smaller card over the slide's corner, with its own Hide button."""
     if not leading() or not st.session_state.get("room show join", True):
         return
     room = code()
+    if slides.presenting():
+        st.html(FLOATING_CARD)
+        with st.container(border=True, key="join-card"):
+            st.markdown(f"### Join: **{room[:4]} {room[4:]}**")
+            st.image(_qr_svg(join_link(room)), width=200)
+            st.caption(join_link(room))
+            st.button("Hide", icon=":material/visibility_off:", type="tertiary",
+                      on_click=lambda: st.session_state.update({"room show join": False}))
+        return
     with st.container(border=True):
         left, right = st.columns([3, 1], vertical_alignment="center")
         with left:
@@ -167,15 +200,17 @@ def _watch() -> None:
         st.caption(f"{connected} students connected, {follow} following you")
         return
     version = rooms().version(room)
+    inline = st.session_state.pop("room inline", False)  # drawn by the app's run, which must not wait: its own look
+    if version == st.session_state.get("room version") and following() and not inline:
+        with _moved:  # the teacher's move wakes it at once (one in another replica is seen at the next look)
+            _moved.wait(WAIT_S)
+        version = rooms().version(room)
     if version == st.session_state.get("room version"):
         return
     st.session_state["room version"] = version
     view = rooms().view(room) if following() else None
-    if view is None or view == _my_view():
-        st.rerun()
-    if view.page == st.session_state.get("room page"):
-        _go(view)  # the same page: the settings change, and one run draws them
-    st.session_state["room go"] = view  # a page switch from a fragment's run is not carried out: the app's run does it
+    if view is not None and view != _my_view():
+        st.session_state["room go"] = view  # the app's run goes there (a fragment's run cannot switch pages)
     st.rerun()
 
 
@@ -183,6 +218,17 @@ def _my_view(page: str | None = None) -> View:
     page = st.session_state.get("room page", "") if page is None else page
     params = tuple(sorted((key, st.query_params[key]) for key in st.query_params if key not in OWN_KEYS))
     return View(page, params, st.session_state.get(slides.SUB, 0))
+
+
+def _led_view(page: str) -> View:
+    """The teacher's view of ``page``, with the defaults a follower's own settings go back to: this session's
+    values of its other settings (a widget's key is a name; the app's own session keys have spaces)."""
+    view = _my_view(page)
+    named = {key for key, _ in view.params} | OWN_KEYS
+    defaults = tuple(sorted((key, str(value)) for key, value in st.session_state.items()
+                            if isinstance(key, str) and key.isidentifier() and key not in named
+                            and isinstance(value, int | float | str) and len(str(value)) <= DEFAULT_CHARS))
+    return View(view.page, view.params, view.slide, defaults)
 
 
 def _as_value(current, text: str):
@@ -199,9 +245,13 @@ def _as_value(current, text: str):
 def _go(view: View) -> None:
     """To the teacher's view. A setting whose widget this session has drawn is set in the session (the address
     of a widget bound to it cannot be set); the others go in the address, which a new widget reads. A setting the
-    teacher's address lacks is at its fresh value there: off for a toggle (every one of the app's starts off),
-    forgotten for another widget; this session's own settings on that page from an earlier visit included. On the page this session is on, the next run draws it; on another, this run
-    switches to it."""
+    teacher's address lacks is at its widget's default there: the teacher's value of it (``View.defaults``) where
+    the teacher's session has one, else off for a toggle (every one of the app's starts off) and forgotten for
+    another widget; this session's own settings on that page from an earlier visit included. Called by the app's
+    run before the sidebar: on the page this session is on, this run goes on to draw them; on another, it switches
+    there. A switch can be lost: a rerun the browser asked for meanwhile (the fragment's next look, made on the old
+    page) is folded with it by Streamlit, the later one's page winning; ``publish`` sees the run land elsewhere and
+    has the next look make it again."""
     from classroom.pages import PAGES
     theirs = dict(view.params)
     address = {ROOM: code()}
@@ -211,16 +261,21 @@ def _go(view: View) -> None:
         else:
             address[key] = text
     seen = st.session_state.get("room seen keys", {}).get(view.page, set())  # this session's settings there
+    defaults = dict(view.defaults)
     for key in seen | {key for key, _ in _my_view().params}:
-        if key not in theirs:
-            if isinstance(st.session_state.get(key), bool):
-                st.session_state[key] = False
-            else:
-                st.session_state.pop(key, None)
+        if key in theirs:
+            continue
+        if key in defaults and st.session_state.get(key) is not None:
+            st.session_state[key] = _as_value(st.session_state[key], defaults[key])
+        elif isinstance(st.session_state.get(key), bool):
+            st.session_state[key] = False
+        else:
+            st.session_state.pop(key, None)
     st.session_state[slides.SUB] = view.slide
     if view.page == st.session_state.get("room page") and all(st.query_params.get(k) == v for k, v in address.items()):
-        st.rerun()
+        return  # this run, not yet past the sidebar, draws them
     page = next(page for page in PAGES if page.url_path == view.page)
+    st.session_state["room target"] = view.page
     st.switch_page(page.file, query_params=address)
 
 
@@ -246,18 +301,22 @@ def panel() -> None:
         if st.button("Leave the class", icon=":material/logout:", width="stretch", type="tertiary"):
             _leave()
             st.rerun()
+        st.session_state["room inline"] = True
         _watch()
 
 
 def publish(page: str) -> None:
     """After every run: the page it drew (its URL path) is this session's; the teacher's view becomes the room's."""
     st.session_state["room page"] = page
+    if (target := st.session_state.pop("room target", None)) not in (None, page) and following():
+        st.session_state["room version"] = None  # the switch was lost (see ``_go``): the next look makes it again
     if code() is not None:  # the settings this session has shown on the page: a follower coming back resets them
         seen = st.session_state.setdefault("room seen keys", {}).setdefault(page, set())
         seen.update(key for key in st.query_params if key not in OWN_KEYS)
     if leading():
         try:
-            rooms().lead(code(), _token(), _my_view(page))
+            if rooms().lead(code(), _token(), _led_view(page)):
+                _notify()
         except RoomError:  # the room expired
             _leave()
 
@@ -278,6 +337,7 @@ def room_question(key: str, text: str, options: list[str], accepted, where: str)
 
 def reveal(qid: str, revealed: bool) -> None:
     rooms().reveal(code(), _token(), qid, revealed)
+    _notify()
 
 
 def answer(qid: str, option: str | None) -> None:

@@ -15,7 +15,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 __all__ = ["CODE_ALPHABET", "CODE_LENGTH", "TTL_S", "RoomError", "View", "Question", "question_id", "typed_code",
            "random_name", "Rooms"]
@@ -37,10 +37,13 @@ class RoomError(Exception):
 @dataclass(frozen=True)
 class View:
     """What a follower sees: the page (its URL path, "" for the start page), the URL's settings (sorted, without the
-    room's own keys) and the slide within the part shown in presentation mode."""
+    room's own keys) and the slide within the part shown in presentation mode. ``defaults``: the teacher's other
+    settings, at their widgets' defaults, which the URL leaves out: a follower's own setting that the teacher's URL
+    lacks goes back to it (not part of the view's identity: it changes with the settings the URL has)."""
     page: str
     params: tuple[tuple[str, str], ...]
     slide: int = 0
+    defaults: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -124,15 +127,15 @@ class Rooms:
         raw = self.kv.get(self._key(code, "view"))
         if raw is None:
             return None
-        page, params, slide = json.loads(raw)
-        return View(page, tuple(tuple(pair) for pair in params), slide)
+        page, params, slide, defaults = json.loads(raw)
+        return View(page, tuple(tuple(pair) for pair in params), slide, tuple(tuple(pair) for pair in defaults))
 
     def lead(self, code: str, token: str | None, view: View) -> bool:
         """The teacher's view becomes the room's; whether it changed."""
         self._teacher(code, token, "lead the class")
         if self.view(code) == view:
             return False
-        self.kv.set(self._key(code, "view"), json.dumps([view.page, [list(p) for p in view.params], view.slide]),
+        self.kv.set(self._key(code, "view"), json.dumps([view.page, view.params, view.slide, view.defaults]),
                     ex=TTL_S)
         self.kv.incr(self._key(code, "version"))
         self._touch(code)

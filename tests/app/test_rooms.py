@@ -130,3 +130,11 @@ def test_the_export_has_every_question_with_its_counts_and_accepted_options(room
     rows = list(csv.DictReader(io.StringIO(rooms.counts_csv(code))))
     assert [(r["option"], r["accepted"], r["count"]) for r in rows] == [("L1H0", "True", "1"), ("L1H1", "False", "0")]
     assert rows[0]["where"] == "Circuits: two layers · ablation" and rows[0]["question"] == "Which head breaks it?"
+
+
+def test_the_teachers_defaults_travel_with_the_view_but_move_nobody(rooms):
+    code, token = rooms.start()
+    view = View("patterns", (("dest", "14"),), 0, (("head", "0"), ("layer", "1")))
+    assert rooms.lead(code, token, view) and rooms.view(code).defaults == view.defaults
+    assert not rooms.lead(code, token, View("patterns", (("dest", "14"),), 0, (("head", "0"),)))
+    assert rooms.version(code) == 1

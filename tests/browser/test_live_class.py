@@ -1,7 +1,8 @@
 """A live class in four browsers (a teacher and three students, separate contexts): a wrong code is refused with a
 message; the teacher's page change, model change and Next reach every follower; a student who stops following is
-not moved; each student's prediction is counted once; a student cannot reveal, even with a forged teacher link; the
-teacher's reveal reaches every follower, each marked by the question's rule."""
+not moved, and one click brings them back (their own settings too); each student's prediction is counted once; a
+student cannot reveal, even with a forged teacher link; the teacher's reveal reaches every follower, each marked by
+the question's rule."""
 
 import re
 import time
@@ -107,6 +108,16 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
             until(lambda s=student: view(s) == view(teacher), "a follower after Next")
         time.sleep(3)
         assert view(late) == alone, "a student who stopped following was moved"
+
+        # Exploring alone, then back: the student's own head goes back to the teacher's, a default the teacher's
+        # address leaves out
+        thumb = late.get_by_role("slider", name="head")
+        thumb.focus()
+        thumb.press("ArrowRight")
+        until(lambda: view(late)[1].get("head") == "1", "the student's own head", FOLLOW_S, lambda: view(late))
+        sidebar(late).get_by_role("button", name="Back to the teacher's view").click()
+        until(lambda: view(late) == view(teacher), "the student back on the teacher's view", FOLLOW_S,
+              lambda: (view(late), view(teacher)))
 
         # The class predicts: the Equivalence page's step-6 exercise, asked by the teacher's page
         teacher.get_by_role("switch", name="Present").uncheck(force=True)

@@ -3,14 +3,14 @@ join card the teacher projects, the teacher's view published after each of its r
 
 A follower's session looks at the room's version every ``POLL_S`` seconds (a fragment with ``run_every``: a small
 read, no page rerun) and reruns only when it moved: to the teacher's page, settings and slide if it follows, in
-place otherwise (a reveal is drawn on every screen). A follower's look (the fragment's own run, not the app's) also
-waits up to ``WAIT_S`` for a teacher in this process to move the room, and is woken at once when one does: a class
-follows without the poll's delay, at the cost of a following student's own click waiting up to ``WAIT_S`` for the
-look to end (a radio or slider shows the click at once; the page's answer to it comes then). The teacher's token
-arrives in the teacher's link (``?teacher=``), moves into the session at once and leaves the address, which the
-projector shows."""
+place otherwise (a reveal is drawn on every screen). The teacher's token arrives in the teacher's link
+(``?teacher=``), moves into the session at once and leaves the address, which the projector shows.
 
-import threading
+A look that waited for the teacher's move (a ``threading.Condition`` the teacher's run notifies) followed a class
+of 30 within 1.9 s at p95, but a following student's click that came during the wait was sometimes left unanswered
+until the teacher's next move (10 of 30 answers in a run of ``bench/classroom_load.py --room``, after the reveal):
+the look does not wait."""
+
 import time
 from urllib.parse import urlencode, urlsplit
 
@@ -26,18 +26,9 @@ __all__ = ["ROOM", "TEACHER", "POLL_S", "rooms", "code", "leading", "following",
 ROOM = "room"          # the URL key naming the room: students' links carry it
 TEACHER = "teacher"    # the URL key of the teacher's link: the token
 POLL_S = 1.0           # a follower looks at the room this often
-WAIT_S = 0.9           # and, following, waits this long of each look for this process's teacher to move it
 REPORT_S = 4.0         # and reports its presence this often
 OWN_KEYS = {ROOM, TEACHER}
 DEFAULT_CHARS = 500    # the longest default value published for followers (a prompt's text)
-
-
-_moved = threading.Condition()  # notified when a teacher in this process moves their room or reveals a question
-
-
-def _notify() -> None:
-    with _moved:
-        _moved.notify_all()
 
 
 def rooms() -> Rooms:
@@ -200,11 +191,6 @@ def _watch() -> None:
         st.caption(f"{connected} students connected, {follow} following you")
         return
     version = rooms().version(room)
-    inline = st.session_state.pop("room inline", False)  # drawn by the app's run, which must not wait: its own look
-    if version == st.session_state.get("room version") and following() and not inline:
-        with _moved:  # the teacher's move wakes it at once (one in another replica is seen at the next look)
-            _moved.wait(WAIT_S)
-        version = rooms().version(room)
     if version == st.session_state.get("room version"):
         return
     st.session_state["room version"] = version
@@ -301,7 +287,6 @@ def panel() -> None:
         if st.button("Leave the class", icon=":material/logout:", width="stretch", type="tertiary"):
             _leave()
             st.rerun()
-        st.session_state["room inline"] = True
         _watch()
 
 
@@ -315,8 +300,7 @@ def publish(page: str) -> None:
         seen.update(key for key in st.query_params if key not in OWN_KEYS)
     if leading():
         try:
-            if rooms().lead(code(), _token(), _led_view(page)):
-                _notify()
+            rooms().lead(code(), _token(), _led_view(page))
         except RoomError:  # the room expired
             _leave()
 
@@ -337,7 +321,6 @@ def room_question(key: str, text: str, options: list[str], accepted, where: str)
 
 def reveal(qid: str, revealed: bool) -> None:
     rooms().reveal(code(), _token(), qid, revealed)
-    _notify()
 
 
 def answer(qid: str, option: str | None) -> None:

@@ -181,11 +181,8 @@ except shared.SharedStateError as error:
     st.stop()
 freeze_libraries()
 warm_up()
-if "page files" not in st.session_state:  # st.Page reads its file's path on the disk: once a session, not each run
-    st.session_state["page files"] = {  # (navigation marks the page it runs on its object: never shared)
-        page.file: st.Page(page.file, title=page.title, icon=page.icon, url_path=page.url_path or None,
-                           default=page is pages.HOME) for page in pages.PAGES}  # one URL path per page
-PAGE_FILES = st.session_state["page files"]
+PAGE_FILES = {page.file: st.Page(page.file, title=page.title, icon=page.icon, url_path=page.url_path or None,
+                                  default=page is pages.HOME) for page in pages.PAGES}  # one URL path per page
 groups: dict[str, list[st.Page]] = {}
 for page in pages.PAGES:
     groups.setdefault(page.group, []).append(PAGE_FILES[page.file])

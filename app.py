@@ -23,6 +23,8 @@ st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circ
                    initial_sidebar_state="collapsed" if slides.linked_present() else "auto")
 
 DEFAULT_MODEL = "gelu-2l"  # MLPs and LayerNorm: every kind of term shows on the residual-stream page
+PAGE_FILES = {page.file: st.Page(page.file, title=page.title, icon=page.icon, url_path=page.url_path or None,
+                                  default=page is pages.HOME) for page in pages.PAGES}  # one URL path per page
 LINKED = re.compile(r"(?P<kind>trained|uploaded) (?P<id>[a-z2-7]{%d})(: |$)" % ID_CHARS)  # a stored model's label
 URL_INTS = {"seed": (0, 2**31 - 1), "layers": (0, 4), "vocab": (2, 50_000), "ctx": (1, 2_048)}  # the sidebar's bounds
 
@@ -181,8 +183,6 @@ except shared.SharedStateError as error:
     st.stop()
 freeze_libraries()
 warm_up()
-PAGE_FILES = {page.file: st.Page(page.file, title=page.title, icon=page.icon, url_path=page.url_path or None,
-                                  default=page is pages.HOME) for page in pages.PAGES}  # one URL path per page
 groups: dict[str, list[st.Page]] = {}
 for page in pages.PAGES:
     groups.setdefault(page.group, []).append(PAGE_FILES[page.file])
@@ -199,6 +199,6 @@ try:
 finally:  # after the page's widgets, so the URL holds every setting the page drew (a page may stop early)
     slides.finish()
     copy_link(slides.link_place())
+    live.publish(navigation.url_path)
     collect_garbage()
     activity.run_ended(session_id())
-    live.publish(navigation.url_path)  # last: a teacher's move wakes the class, whose runs then share the CPU

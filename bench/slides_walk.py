@@ -29,7 +29,8 @@ CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_PX, HEADING_PX, CHROME_PX = 24, 36, 80  # slides.TEXT_PX, slides.HEADING_PX, the top row's most
 MAX_SLIDES = 120
-IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+IDLE = ("() => !document.querySelector('[data-testid=\"stStatusWidget\"]') && document.querySelector("
+        "'[data-testid=\"stApp\"]')?.dataset.testScriptState === 'notRunning'")  # the frontend's own run state
 CHARTS_DRAWN = ("() => [...document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')]"
                 ".every(c => c.querySelector('.main-svg'))")
 
@@ -120,15 +121,14 @@ class Walk:
 
 
 def settle(page) -> None:
-    """Until the script run has finished (no "Running…" for a second) and every chart has drawn."""
+    """Until the script run has finished (not running for half a second) and every chart has drawn."""
     quiet = 0
     for _ in range(600):
         time.sleep(0.25)
         quiet = quiet + 1 if page.evaluate(IDLE) else 0
-        if quiet >= 4:
+        if quiet >= 2:
             break
     page.wait_for_function(CHARTS_DRAWN, timeout=60_000)
-    time.sleep(0.3)
 
 
 def _measure(page) -> dict:

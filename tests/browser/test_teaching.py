@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from bench.slides_walk import IDLE
 from tests.browser.conftest import ARTIFACTS, wait_for_app
 
 # Widgets that are a student's own and never go into a link (a link must not reveal answers), and those the
@@ -18,10 +19,9 @@ SIDEBAR = {"seed", "model"}  # tested on their own: a new model changes every pa
 
 def settle(page) -> None:
     """Until the script run that the last action started has finished, and no other has started for a moment."""
-    quiet = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
-    for _ in range(3):
-        time.sleep(0.5)
-        page.wait_for_function(quiet, timeout=120_000)
+    for pause in (0.5, 0.25):  # a slider sends its value a moment after the key
+        time.sleep(pause)
+        page.wait_for_function(IDLE, timeout=120_000)
 
 
 def open_expanders(page) -> None:

@@ -4,12 +4,7 @@ join card the teacher projects, the teacher's view published after each of its r
 A follower's session looks at the room's version every ``POLL_S`` seconds (a fragment with ``run_every``: a small
 read, no page rerun) and reruns only when it moved: to the teacher's page, settings and slide if it follows, in
 place otherwise (a reveal is drawn on every screen). The teacher's token arrives in the teacher's link
-(``?teacher=``), moves into the session at once and leaves the address, which the projector shows.
-
-A look that waited for the teacher's move (a ``threading.Condition`` the teacher's run notifies) followed a class
-of 30 within 1.9 s at p95, but a following student's click that came during the wait was sometimes left unanswered
-until the teacher's next move (10 of 30 answers in a run of ``bench/classroom_load.py --room``, after the reveal):
-the look does not wait."""
+(``?teacher=``), moves into the session at once and leaves the address, which the projector shows."""
 
 import time
 from urllib.parse import urlencode, urlsplit
@@ -293,7 +288,7 @@ def panel() -> None:
 def publish(page: str) -> None:
     """After every run: the page it drew (its URL path) is this session's; the teacher's view becomes the room's."""
     st.session_state["room page"] = page
-    if (target := st.session_state.pop("room target", None)) not in (None, page) and following():
+    if st.session_state.pop("room target", None) not in (None, page) and following():
         st.session_state["room version"] = None  # the switch was lost (see ``_go``): the next look makes it again
     if code() is not None:  # the settings this session has shown on the page: a follower coming back resets them
         seen = st.session_state.setdefault("room seen keys", {}).setdefault(page, set())

@@ -16,8 +16,6 @@ from mechlib import train
 from tests.app.helpers import open_exports, open_page
 
 
-
-
 def formed(row: dict[str, float]) -> bool:
     """The preset's own test of its bar (``Preset.formed``) on one evaluation of a history."""
     metrics = {key: row[key] for key in ("repeat_loss", "induction", "prev_token")}

@@ -8,7 +8,7 @@ import re
 import time
 from urllib.parse import parse_qs, urlsplit
 
-from tests.browser.conftest import wait_for_app
+from tests.browser.conftest import ARTIFACTS, wait_for_app
 
 FOLLOW_S = 10.0  # the goal is 2 s at p95 (bench/classroom_load.py --room); a loaded CI machine gets room
 
@@ -151,6 +151,11 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         sidebar(projector).get_by_text(f"Leading class {code}").wait_for(timeout=30_000)
         assert "teacher" not in address(projector)  # the token leaves the projected address
         projector.context.close()
+    except Exception:  # where each browser was: its address in the report, its screen in artifacts/
+        for name, page in zip(["teacher", "student-0", "student-1", "student-2"], [teacher, *students]):
+            page.screenshot(path=ARTIFACTS / f"live-class-{name}.png", full_page=True)
+            print(name, address(page))
+        raise
     finally:
         for context in contexts:
             context.close()

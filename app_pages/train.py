@@ -31,6 +31,8 @@ def bar_question(steps: int) -> str:
 TRAININGS = trainings.current()
 TRAININGS.warm()  # start the training processes while the student reads the page
 
+SLOTS = f"at most {TRAININGS.limit()} trainings run at once on this server, {TRAININGS.running()} running now"
+
 
 @st.cache_resource(max_entries=8, show_spinner="Tokenizing the text…")
 def prepared(source: str, n_ctx: int, repeats: float, upload_digest: str, _text: str | None):
@@ -169,8 +171,7 @@ if task == PRESET.name:
         f"once the best induction score reaches {PRESET.induction_target} beside a previous-token head ≥ "
         f"{PREV_TOKEN_MIN}, or after {PRESET.steps:,} steps.")
     st.caption(f"{PRESET.cfg.n_params():,} parameters · batches of {PRESET.batch_size} × {PRESET.cfg.n_ctx} tokens · "
-               f"lr {PRESET.lr:g} · seed {seed} (sidebar) · at most {TRAININGS.limit()} trainings run at once on this "
-               f"server, {TRAININGS.running()} running now")
+               f"lr {PRESET.lr:g} · seed {seed} (sidebar) · {SLOTS}")
     guess = ask("bar", bar_question(PRESET.steps), ["yes", "no"])
     if st.button("Watch an induction head form", type="primary", icon=":material/play_arrow:"):
         st.session_state["bar guess"] = guess
@@ -221,7 +222,7 @@ else:
         st.caption(f"{cfg.n_params():,} parameters · vocabulary {cfg.d_vocab:,} "
                    f"({'words' if source in ('words', 'upload') else 'characters' if source == 'chars' else 'random ids'}) · "
                    f"batches of 32 × {n_ctx} tokens · ≈ {memory:,.0f} MB while training · seed {seed} (sidebar) · "
-                   f"at most {TRAININGS.limit()} trainings run at once on this server, {TRAININGS.running()} running now")
+                   f"{SLOTS}")
         guess = ask("bar", bar_question(steps), ["yes", "no"]) if n_layers else None
         if st.button("Train", type="primary", icon=":material/play_arrow:"):
             st.session_state["bar guess"] = guess

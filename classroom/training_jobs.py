@@ -24,6 +24,7 @@ from rq import Queue, Worker, get_current_job
 from rq.job import Job, JobStatus
 
 from classroom.training_queue import SessionBusy, estimate_wait
+from classroom.workers import Cancelled
 from mechlib import io
 from mechlib.train import Progress, TrainResult
 
@@ -49,10 +50,6 @@ class Keys:
         self.messages = f"{PREFIX}{job_id}:messages"  # list of pickled ("step", int) and ("progress", Progress)
         self.cancel = f"{PREFIX}{job_id}:cancel"      # set by the page: stop at the next step
         self.alive = f"{PREFIX}{job_id}:alive"        # renewed by the worker every BEAT_S, expires after ALIVE_TTL_S
-
-
-class Cancelled(Exception):
-    """The page left: the worker stopped training at a step boundary."""
 
 
 def work(fn: Callable[..., TrainResult], kwargs: dict, steps: int) -> dict:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.slides_walk import CHROMIUM, IDLE
+
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "artifacts"
 
 
@@ -91,8 +92,9 @@ def page(browser):
 
 
 def wait_for_app(page, charts: int, timeout_ms: int = 90_000) -> None:
-    """Until the script has finished and ``charts`` plotly charts have drawn their SVG."""
+    """Until ``charts`` plotly charts have drawn their SVG and the script has finished (``IDLE``: no status widget, and
+    the frontend's own run state)."""
     page.wait_for_function(
         "n => document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length >= n", arg=charts,
         timeout=timeout_ms)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
+    page.wait_for_function(IDLE, timeout=timeout_ms)

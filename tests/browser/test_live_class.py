@@ -8,7 +8,7 @@ import re
 import time
 from urllib.parse import parse_qs, urlsplit
 
-from tests.browser.conftest import ARTIFACTS, wait_for_app
+from tests.browser.conftest import ARTIFACTS, IDLE, wait_for_app
 
 FOLLOW_S = 10.0  # the goal is 2 s at p95 (bench/classroom_load.py --room); a loaded CI machine gets room
 
@@ -29,7 +29,7 @@ def sidebar(page):
 
 
 def idle(page) -> None:
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+    page.wait_for_function(IDLE, timeout=60_000)
 
 
 def open_panel(page) -> None:

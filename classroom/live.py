@@ -38,13 +38,19 @@ def _token() -> str | None:
     return st.session_state.get("room token")
 
 
-def leading() -> bool:
-    """This session holds the teacher's token for its room."""
+def _holds_token() -> bool:
     return bool(code() and _token())
 
 
+def leading() -> bool:
+    """This session holds the teacher's token for its room and leads it (``Rooms.leader``, read at the start of each
+    run and at each of the teacher's looks): another browser of the teacher's that opened the teacher's link since
+    leads instead."""
+    return _holds_token() and st.session_state.get("room leads", False)
+
+
 def following() -> bool:
-    return bool(code()) and not leading() and st.session_state.get("room follow", True)
+    return bool(code()) and not _holds_token() and st.session_state.get("room follow", True)
 
 
 def _student() -> str:
@@ -58,6 +64,9 @@ def _join(typed: str, token: str | None = None) -> None:
     rooms().require(room)
     st.session_state["room code"] = room
     st.session_state["room token"] = token if token and rooms().is_teacher(room, token) else None
+    if _token():
+        rooms().claim(room, token, _student())
+    st.session_state["room leads"] = bool(_token())
     st.session_state.pop("room version", None)
     st.query_params[ROOM] = room
 
@@ -68,6 +77,8 @@ def join_from_link() -> None:
     above the page and dropped from the address."""
     if (view := st.session_state.pop("room go", None)) is not None:
         _go(view)
+    if _holds_token():
+        st.session_state["room leads"] = rooms().leader(code()) == _student()
     linked, token = st.query_params.get(ROOM), st.query_params.get(TEACHER)
     if TEACHER in st.query_params:
         del st.query_params[TEACHER]
@@ -81,14 +92,15 @@ def join_from_link() -> None:
 
 
 def _start() -> None:
-    room, token = rooms().start()
+    room, token = rooms().start(_student())
     st.session_state["room code"], st.session_state["room token"] = room, token
+    st.session_state["room leads"] = True
     st.session_state.pop("room version", None)
     st.query_params[ROOM] = room
 
 
 def _leave() -> None:
-    for key in ("room code", "room token", "room version", "room follow", "room target"):
+    for key in ("room code", "room token", "room leads", "room version", "room follow", "room target"):
         st.session_state.pop(key, None)
     st.query_params.pop(ROOM, None)
 
@@ -154,6 +166,15 @@ def _teacher_panel(room: str) -> None:
                        "text/csv", icon=":material/download:", width="stretch")
 
 
+def _second_teacher_panel(room: str) -> None:
+    """A browser of the teacher's that another one took the lead from (by opening the teacher's link)."""
+    st.markdown(f"**Class {room}** is led from another of your browsers, the one that opened your teacher's link "
+                "last: this one moves nobody.")
+    if st.button("Lead from here", icon=":material/co_present:", width="stretch"):
+        rooms().claim(room, _token(), _student())
+        st.rerun()
+
+
 def _student_panel(room: str) -> None:
     st.markdown(f"**In class {room}**")
     st.text_input("your name in the class", st.session_state.get("room name") or random_name(_student()),
@@ -177,14 +198,17 @@ def _watch() -> None:
     if not rooms().exists(room):
         _leave()
         st.rerun()
+    if _holds_token():
+        if (rooms().leader(room) == _student()) != leading():
+            st.rerun()  # the lead moved: the app's run reads it again and redraws the panel
+        if leading():
+            connected, follow = rooms().presence(room)
+            st.caption(f"{connected} students connected, {follow} following you")
+        return
     now = time.monotonic()
-    if not leading() and now - st.session_state.get("room reported", 0.0) > REPORT_S:
+    if now - st.session_state.get("room reported", 0.0) > REPORT_S:
         st.session_state["room reported"] = now
         rooms().here(room, _student(), st.session_state.get("room name") or random_name(_student()), following())
-    if leading():
-        connected, follow = rooms().presence(room)
-        st.caption(f"{connected} students connected, {follow} following you")
-        return
     version = rooms().version(room)
     if version == st.session_state.get("room version"):
         return
@@ -278,7 +302,12 @@ def panel() -> None:
                     except RoomError as error:
                         _say_error(error)
             return
-        _teacher_panel(room) if leading() else _student_panel(room)
+        if leading():
+            _teacher_panel(room)
+        elif _holds_token():
+            _second_teacher_panel(room)
+        else:
+            _student_panel(room)
         if st.button("Leave the class", icon=":material/logout:", width="stretch", type="tertiary"):
             _leave()
             st.rerun()
@@ -295,15 +324,19 @@ def publish(page: str) -> None:
         seen.update(key for key in st.query_params if key not in OWN_KEYS)
     if leading():
         try:
-            rooms().lead(code(), _token(), _led_view(page))
-        except RoomError:  # the room expired
-            _leave()
+            rooms().lead(code(), _token(), _student(), _led_view(page))
+        except RoomError:  # the room expired, or another of the teacher's browsers took the lead meanwhile
+            if rooms().exists(code()):
+                st.session_state["room leads"] = False
+            else:
+                _leave()
 
 
 def room_question(key: str, text: str, options: list[str], accepted, where: str) -> Question | None:
     """The room's state of this question: asked by the teacher's slide (open until revealed), or as the teacher
-    asked it, for a student. None outside a room, and for a student whose teacher has not asked it (exploring)."""
-    if code() is None:
+    asked it, for a student. None outside a room, in a teacher's browser that does not lead, and for a student whose
+    teacher has not asked it (exploring)."""
+    if code() is None or (_holds_token() and not leading()):
         return None
     qid = question_id(key, text, tuple(options))
     try:

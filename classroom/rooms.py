@@ -5,7 +5,9 @@ and the teacher reveals each question on every screen at once.
 A room is a few keys in the class's shared state (``shared.kv``: this process, or Redis across replicas), all
 expiring ``TTL_S`` after the room's last use. It holds no personal data: a student is a session's random id and a
 two-word name they may change. Only the holder of the teacher's token (made at the start, kept as its hash) moves
-the view, opens, reveals or reopens a question; a student changes only their own answer and presence."""
+the view, opens, reveals or reopens a question; a student changes only their own answer and presence. The teacher
+may hold it in several browsers (a laptop, the projector's); one of them leads: the one that started the room or
+last claimed it (opened the teacher's link), so two cannot move the class in turn."""
 
 import csv
 import hashlib
@@ -94,12 +96,13 @@ class Rooms:
         for key in self._names(code):
             self.kv.expire(key, TTL_S)
 
-    def start(self) -> tuple[str, str]:
-        """A new room: (its code, the teacher's token)."""
+    def start(self, session: str) -> tuple[str, str]:
+        """A new room led by ``session``: (its code, the teacher's token)."""
         token = secrets.token_urlsafe(24)
         while True:
             code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
-            if self.kv.set(self._key(code, "meta"), json.dumps({"token": _digest(token)}), ex=TTL_S, nx=True):
+            meta = json.dumps({"token": _digest(token), "lead": session})
+            if self.kv.set(self._key(code, "meta"), meta, ex=TTL_S, nx=True):
                 return code, token
 
     def exists(self, code: str) -> bool:
@@ -119,6 +122,17 @@ class Rooms:
         if not self.is_teacher(code, token):
             raise RoomError(f"only the teacher's session can {action}")
 
+    def leader(self, code: str) -> str | None:
+        """The teacher's session that leads the room."""
+        meta = self.kv.get(self._key(code, "meta"))
+        return json.loads(meta)["lead"] if meta is not None else None
+
+    def claim(self, code: str, token: str | None, session: str) -> None:
+        """``session``, holding the teacher's token, leads the room from now on."""
+        self._teacher(code, token, "lead the class")
+        meta = json.loads(self.kv.get(self._key(code, "meta")))
+        self.kv.set(self._key(code, "meta"), json.dumps({**meta, "lead": session}), ex=TTL_S)
+
     def version(self, code: str) -> int:
         """Moves on every change a follower must see: the view, a question revealed or reopened."""
         return int(self.kv.get(self._key(code, "version")) or 0)
@@ -130,9 +144,12 @@ class Rooms:
         page, params, slide, defaults = json.loads(raw)
         return View(page, tuple(tuple(pair) for pair in params), slide, tuple(tuple(pair) for pair in defaults))
 
-    def lead(self, code: str, token: str | None, view: View) -> bool:
-        """The teacher's view becomes the room's; whether it changed."""
+    def lead(self, code: str, token: str | None, session: str, view: View) -> bool:
+        """The leading session's view becomes the room's; whether it changed."""
         self._teacher(code, token, "lead the class")
+        if self.leader(code) != session:
+            raise RoomError("another of the teacher's browsers leads the class: the one that opened the teacher's "
+                            "link last")
         if self.view(code) == view:
             return False
         self.kv.set(self._key(code, "view"), json.dumps([view.page, view.params, view.slide, view.defaults]),

@@ -32,12 +32,13 @@ def rooms(request):
     shared.flushdb()
 
 
+TEACHER = "the teacher's session"
 QUESTION = Question(question_id("heads", "Which head breaks it?", ("L1H0", "L1H1")), "Which head breaks it?",
                     ("L1H0", "L1H1"), ("L1H0",), "Circuits: two layers · ablation")
 
 
 def test_a_code_is_eight_letters_easy_to_read_and_typed_any_way(rooms):
-    code, token = rooms.start()
+    code, token = rooms.start(TEACHER)
     assert len(code) == CODE_LENGTH and set(code) <= set(CODE_ALPHABET) and not set("01OIL") & set(code)
     assert typed_code(f" {code[:4].lower()}-{code[4:]} ") == code and rooms.exists(code)
     assert len(token) >= 32 and token not in code
@@ -49,24 +50,39 @@ def test_an_unknown_code_is_refused_with_a_message(rooms):
 
 
 def test_only_the_teachers_token_leads_asks_and_reveals(rooms):
-    code, token = rooms.start()
+    code, token = rooms.start(TEACHER)
     view = View("circuits-two", (("model", "zoo: attn-only-2l"), ("part", "Ablation")), 1)
-    for wrong in (None, "", "a guess", rooms.start()[1]):
+    for wrong in (None, "", "a guess", rooms.start(TEACHER)[1]):
         with pytest.raises(RoomError, match="only the teacher's session can lead the class"):
-            rooms.lead(code, wrong, view)
+            rooms.lead(code, wrong, TEACHER, view)
         with pytest.raises(RoomError, match="only the teacher's session can ask the class"):
             rooms.ask(code, wrong, QUESTION)
     assert rooms.view(code) is None and rooms.version(code) == 0
-    assert rooms.lead(code, token, view) and rooms.view(code) == view and rooms.version(code) == 1
-    assert not rooms.lead(code, token, view) and rooms.version(code) == 1  # the same view moves nobody
+    assert rooms.lead(code, token, TEACHER, view) and rooms.view(code) == view and rooms.version(code) == 1
+    assert not rooms.lead(code, token, TEACHER, view) and rooms.version(code) == 1  # the same view moves nobody
     rooms.ask(code, token, QUESTION)
     with pytest.raises(RoomError, match="only the teacher's session can reveal"):
         rooms.reveal(code, "a guess", QUESTION.qid)
     assert not rooms.question(code, QUESTION.qid).revealed
 
 
+def test_one_of_the_teachers_browsers_leads_the_last_to_claim_it(rooms):
+    code, token = rooms.start(TEACHER)
+    assert rooms.leader(code) == TEACHER
+    with pytest.raises(RoomError, match="only the teacher's session can lead the class"):
+        rooms.claim(code, "a guess", "a student's session")
+    rooms.claim(code, token, "the projector's session")  # the teacher's link opened on the projector
+    assert rooms.leader(code) == "the projector's session"
+    with pytest.raises(RoomError, match="another of the teacher's browsers leads the class"):
+        rooms.lead(code, token, TEACHER, View("patterns", ()))
+    assert rooms.view(code) is None and rooms.version(code) == 0  # the laptop moved nobody
+    assert rooms.lead(code, token, "the projector's session", View("patterns", ())) and rooms.version(code) == 1
+    rooms.claim(code, token, TEACHER)  # Lead from here
+    assert rooms.leader(code) == TEACHER
+
+
 def test_each_student_counts_once_and_a_new_answer_replaces_the_old(rooms):
-    code, token = rooms.start()
+    code, token = rooms.start(TEACHER)
     with pytest.raises(RoomError, match="not open in the room"):
         rooms.answer(code, QUESTION.qid, "s1", "L1H0")  # not asked yet
     rooms.ask(code, token, QUESTION)
@@ -96,7 +112,7 @@ def test_other_settings_asking_other_numbers_are_another_question():
 def test_presence_counts_the_students_seen_lately_and_those_following():
     clock = Clock()
     rooms = Rooms(LocalKV(clock), clock)
-    code, _ = rooms.start()
+    code, _ = rooms.start(TEACHER)
     rooms.here(code, "s1", "calm otter", True)
     rooms.here(code, "s2", "swift heron", False)
     clock.now += 5
@@ -109,9 +125,9 @@ def test_presence_counts_the_students_seen_lately_and_those_following():
 def test_a_room_ends_hours_after_its_last_use():
     clock = Clock()
     rooms = Rooms(LocalKV(clock), clock)
-    code, token = rooms.start()
+    code, token = rooms.start(TEACHER)
     clock.now += TTL_S - 60
-    rooms.lead(code, token, View("", ()))  # a use: the room lives on
+    rooms.lead(code, token, TEACHER, View("", ()))  # a use: the room lives on
     clock.now += TTL_S - 60
     assert rooms.exists(code) and rooms.view(code) == View("", ())
     clock.now += 120
@@ -124,7 +140,7 @@ def test_names_are_two_words_from_the_session_and_hold_nothing_personal():
 
 
 def test_the_export_has_every_question_with_its_counts_and_accepted_options(rooms):
-    code, token = rooms.start()
+    code, token = rooms.start(TEACHER)
     rooms.ask(code, token, QUESTION)
     rooms.answer(code, QUESTION.qid, "s1", "L1H0")
     rows = list(csv.DictReader(io.StringIO(rooms.counts_csv(code))))
@@ -133,8 +149,8 @@ def test_the_export_has_every_question_with_its_counts_and_accepted_options(room
 
 
 def test_the_teachers_defaults_travel_with_the_view_but_move_nobody(rooms):
-    code, token = rooms.start()
+    code, token = rooms.start(TEACHER)
     view = View("patterns", (("dest", "14"),), 0, (("head", "0"), ("layer", "1")))
-    assert rooms.lead(code, token, view) and rooms.view(code).defaults == view.defaults
-    assert not rooms.lead(code, token, View("patterns", (("dest", "14"),), 0, (("head", "0"),)))
+    assert rooms.lead(code, token, TEACHER, view) and rooms.view(code).defaults == view.defaults
+    assert not rooms.lead(code, token, TEACHER, View("patterns", (("dest", "14"),), 0, (("head", "0"),)))
     assert rooms.version(code) == 1

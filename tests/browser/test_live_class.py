@@ -2,7 +2,7 @@
 message; the teacher's page change, model change and Next reach every follower; a student who stops following is
 not moved, and one click brings them back (their own settings too); each student's prediction is counted once; a
 student cannot reveal, even with a forged teacher link; the teacher's reveal reaches every follower, each marked by
-the question's rule."""
+the question's rule; the teacher's link opened in another browser leads from there, and the first one no longer."""
 
 import re
 import time
@@ -150,6 +150,8 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         projector.goto(link)
         sidebar(projector).get_by_text(f"Leading class {code}").wait_for(timeout=30_000)
         assert "teacher" not in address(projector)  # the token leaves the projected address
+        until(lambda: "is led from another of your browsers" in sidebar(teacher).inner_text(),
+              "the laptop giving the lead to the projector")  # one browser leads: they cannot move the class in turn
         projector.context.close()
     except Exception:  # where each browser was: its address in the report, its screen in artifacts/
         for name, page in zip(["teacher", "student-0", "student-1", "student-2"], [teacher, *students]):

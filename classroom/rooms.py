@@ -113,24 +113,33 @@ class Rooms:
             raise RoomError(f"no class has the code {code} on this server: check the code on the teacher's screen "
                             f"(a class ends {TTL_S // 3600} hours after its last use)")
 
-    def is_teacher(self, code: str, token: str | None) -> bool:
-        meta = self.kv.get(self._key(code, "meta"))
-        return bool(token) and meta is not None and hmac.compare_digest(json.loads(meta)["token"], _digest(token))
+    def _meta(self, code: str) -> dict | None:
+        """The room's teacher: {"token": the token's hash, "lead": the leading session}; None for no room."""
+        raw = self.kv.get(self._key(code, "meta"))
+        return json.loads(raw) if raw is not None else None
 
-    def _teacher(self, code: str, token: str | None, action: str) -> None:
+    @staticmethod
+    def _holds(meta: dict | None, token: str | None) -> bool:
+        return bool(token) and meta is not None and hmac.compare_digest(meta["token"], _digest(token))
+
+    def is_teacher(self, code: str, token: str | None) -> bool:
+        return self._holds(self._meta(code), token)
+
+    def _teacher(self, code: str, token: str | None, action: str) -> dict:
+        """The room's meta, once ``token`` is its teacher's."""
         self.require(code)
-        if not self.is_teacher(code, token):
+        if not self._holds(meta := self._meta(code), token):
             raise RoomError(f"only the teacher's session can {action}")
+        return meta
 
     def leader(self, code: str) -> str | None:
         """The teacher's session that leads the room."""
-        meta = self.kv.get(self._key(code, "meta"))
-        return json.loads(meta)["lead"] if meta is not None else None
+        meta = self._meta(code)
+        return meta["lead"] if meta is not None else None
 
     def claim(self, code: str, token: str | None, session: str) -> None:
         """``session``, holding the teacher's token, leads the room from now on."""
-        self._teacher(code, token, "lead the class")
-        meta = json.loads(self.kv.get(self._key(code, "meta")))
+        meta = self._teacher(code, token, "lead the class")
         self.kv.set(self._key(code, "meta"), json.dumps({**meta, "lead": session}), ex=TTL_S)
 
     def version(self, code: str) -> int:
@@ -146,8 +155,7 @@ class Rooms:
 
     def lead(self, code: str, token: str | None, session: str, view: View) -> bool:
         """The leading session's view becomes the room's; whether it changed."""
-        self._teacher(code, token, "lead the class")
-        if self.leader(code) != session:
+        if self._teacher(code, token, "lead the class")["lead"] != session:
             raise RoomError("another of the teacher's browsers leads the class: the one that opened the teacher's "
                             "link last")
         if self.view(code) == view:

@@ -187,7 +187,7 @@ groups: dict[str, list[st.Page]] = {}
 for page in pages.PAGES:
     groups.setdefault(page.group, []).append(PAGE_FILES[page.file])
 navigation = st.navigation(groups)
-live.join_from_link(navigation.url_path)
+live.join_from_link()
 with st.sidebar:
     sidebar()
 slides.chrome(next(page for page in PAGE_FILES if PAGE_FILES[page] is navigation))

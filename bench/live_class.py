@@ -74,7 +74,8 @@ class Room:
 
 class Follower:
     """A student's tab that follows the teacher: reads its websocket all the time and reruns the room's fragment at
-    the interval the server asks for."""
+    the interval the server asks for, from the fragment's run on (a full run's first message stops the timers, as
+    Streamlit's frontend does)."""
 
     def __init__(self, url: str, room: Room, rng: random.Random):
         self.url, self.room, self.rng = url, room, rng
@@ -131,6 +132,9 @@ class Follower:
         kind = reply.WhichOneof("type")
         if kind == "new_session" and not reply.metadata.run.fragment_ids:  # a full run's first message: as the
             self.page_hash = reply.new_session.page_script_hash  # frontend, a fragment's run leaves the page as it is
+            for task in self.ticks.values():  # and, as the frontend, stop every timer: the run's fragments set theirs
+                task.cancel()
+            self.ticks = {}
         elif kind == "navigation":  # every full run's: the page it drew, by its URL path
             paths = {page.page_script_hash: page.url_pathname for page in reply.navigation.app_pages}
             self.page = paths.get(reply.navigation.page_script_hash, "")

@@ -71,13 +71,12 @@ def _join(typed: str, token: str | None = None) -> None:
     st.query_params[ROOM] = room
 
 
-def join_from_link(page: str) -> None:
-    """At the start of the app's run on ``page`` (its URL path): a follower's move to the teacher's view, asked for by
-    ``_watch``; a link's ``?room=`` joins its room (``?teacher=`` as its teacher), once, and the token leaves the
-    address. An unknown or expired code is said above the page and dropped from the address."""
+def join_from_link() -> None:
+    """A follower's move to the teacher's view, asked for by ``_watch``; a link's ``?room=`` joins its room
+    (``?teacher=`` as its teacher), once, and the token leaves the address. An unknown or expired code is said
+    above the page and dropped from the address."""
     if (view := st.session_state.pop("room go", None)) is not None:
         _go(view)
-    st.session_state["room drawn"] = (st.context.url, page)  # a look run on another page draws this one again
     if _holds_token():
         st.session_state["room leads"] = rooms().leader(code()) == _student()
     linked, token = st.query_params.get(ROOM), st.query_params.get(TEACHER)
@@ -196,8 +195,6 @@ def _watch() -> None:
     room = code()
     if room is None:
         return
-    if st.context.url != st.session_state["room drawn"][0]:
-        _redraw()
     if not rooms().exists(room):
         _leave()
         st.rerun()
@@ -220,17 +217,6 @@ def _watch() -> None:
     if view is not None and view != _my_view():
         st.session_state["room go"] = view  # the app's run goes there (a fragment's run cannot switch pages)
     st.rerun()
-
-
-def _redraw() -> None:
-    """This look runs on a page this session has left: its browser asked for it with the old page's hash before the
-    switched run's first message arrived (the teacher's move, Next, a link). Streamlit runs it under that page, and
-    the browser then drops the new page's elements (a blank page): the look draws the page this session last drew
-    again, with its address."""
-    from classroom.pages import PAGES
-    drawn = st.session_state["room drawn"][1]
-    page = next(page for page in PAGES if page.url_path == drawn)
-    st.switch_page(page.file, query_params=st.session_state.get("room address", {}).get(drawn, {ROOM: code()}))
 
 
 def _my_view(page: str | None = None) -> View:
@@ -334,7 +320,6 @@ def publish(page: str) -> None:
     if st.session_state.pop("room target", None) not in (None, page) and following():
         st.session_state["room version"] = None  # the switch was lost (see ``_go``): the next look makes it again
     if code() is not None:  # the settings this session has shown on the page: a follower coming back resets them
-        st.session_state["room address"] = {page: st.query_params.to_dict()}  # ``_redraw``'s
         seen = st.session_state.setdefault("room seen keys", {}).setdefault(page, set())
         seen.update(key for key in st.query_params if key not in OWN_KEYS)
     if leading():

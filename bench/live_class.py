@@ -82,13 +82,10 @@ class Follower:
         self.query, self.page_hash, self.page, self.ticks = "", "", "", {}
         self.finished, self.radios, self.drew_reveal = [], {}, False  # radios: widget id -> options
 
-    def _message(self, fragment: str = "", page_hash: str | None = None) -> BackMsg:
-        """A rerun as the tab asks for it: its address (as a browser's context, which ``st.context.url`` reads), and
-        the page it last drew (``page_hash``: another, as a look its timer sent before a switched run arrived)."""
+    def _message(self, fragment: str = "") -> BackMsg:
         message = BackMsg()
         message.rerun_script.query_string = self.query
-        message.rerun_script.page_script_hash = self.page_hash if page_hash is None else page_hash
-        message.rerun_script.context_info.url = f"{self.url.replace('ws', 'http', 1).split('/_stcore')[0]}/{self.page}"
+        message.rerun_script.page_script_hash = self.page_hash
         if fragment:
             message.rerun_script.fragment_id = fragment
             message.rerun_script.is_auto_rerun = True

@@ -108,10 +108,14 @@ class Rooms:
     def exists(self, code: str) -> bool:
         return self.kv.get(self._key(code, "meta")) is not None
 
+    @staticmethod
+    def _unknown(code: str) -> RoomError:
+        return RoomError(f"no class has the code {code} on this server: check the code on the teacher's screen "
+                         f"(a class ends {TTL_S // 3600} hours after its last use)")
+
     def require(self, code: str) -> None:
         if not self.exists(code):
-            raise RoomError(f"no class has the code {code} on this server: check the code on the teacher's screen "
-                            f"(a class ends {TTL_S // 3600} hours after its last use)")
+            raise self._unknown(code)
 
     def _meta(self, code: str) -> dict | None:
         """The room's teacher: {"token": the token's hash, "lead": the leading session}; None for no room."""
@@ -127,8 +131,9 @@ class Rooms:
 
     def _teacher(self, code: str, token: str | None, action: str) -> dict:
         """The room's meta, once ``token`` is its teacher's."""
-        self.require(code)
-        if not self._holds(meta := self._meta(code), token):
+        if (meta := self._meta(code)) is None:
+            raise self._unknown(code)
+        if not self._holds(meta, token):
             raise RoomError(f"only the teacher's session can {action}")
         return meta
 

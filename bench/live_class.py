@@ -8,8 +8,10 @@ is then left alone with them for ``IDLE_S``: its CPU with the whole class idle a
 Equivalence page, whose questions the room asks, the students answer 10–30 s later, and the teacher reveals one
 30–40 s after opening it (one question a run: asked again, a revealed question stays revealed). Printed: the time
 from the teacher's click to each follower's first full run showing the teacher's page and settings, and from the
-reveal to its first run drawing the graded answer; how often a follower had not shown the teacher's view by the
-teacher's next click; the server's CPU with the idle class; the reply times of the teacher's moves and the answers."""
+reveal to its first run drawing the graded answer, each click's own figures beside the teacher's run; how often a
+follower had not shown the teacher's view by the teacher's next click, and how often one of its looks, sent before
+the page changed, was answered under the page left (Streamlit's frontend then clears the page it shows); the
+server's CPU with the idle class; the reply times of the teacher's moves and the answers."""
 
 import asyncio
 import random
@@ -49,22 +51,25 @@ class Room:
         self.answer_s, self.teacher_s = [], []
 
     def lead(self, since: float, teacher) -> None:
-        """The teacher's click at ``since`` led to the teacher's view now (its settings; the page changes only with
-        them here). A click that left the view as it was moves nobody and is not counted."""
+        """The teacher's click at ``since`` (its reply the last of ``teacher_s``) led to the teacher's view now (its
+        settings; the page changes only with them here). A click that left the view as it was moves nobody and is
+        not counted."""
         view = (teacher.page, settings(teacher.query))
         if not self.moves or self.moves[-1][1] != view:
-            self.moves.append((since, view))
+            self.moves.append((since, view, self.teacher_s[-1]))
 
-    def follow_s(self, followers: list["Follower"]) -> tuple[list[float], int]:
-        """Each follower's time from each click to its first full run drawing the teacher's view before the next
-        click, and how many never drew it in that time."""
-        times, missed = [], 0
-        for (since, view), (until, _) in zip(self.moves, self.moves[1:] + [(float("inf"), None)]):
+    def follow_s(self, followers: list["Follower"]) -> list[tuple[str, float, list[float], int]]:
+        """For each click: the page it led to, the teacher's own run, each follower's time from it to its first full
+        run drawing the teacher's view before the next click, and how many never drew it in that time."""
+        moves = []
+        for (since, view, reply), (until, *_) in zip(self.moves, self.moves[1:] + [(float("inf"), None, None)]):
+            times, missed = [], 0
             for follower in followers:
                 reached = [t for t, shown, _ in follower.finished if since < t < until and shown == view]
                 times.extend(t - since for t in reached[:1])
                 missed += not reached
-        return times, missed
+            moves.append((view[0], reply, times, missed))
+        return moves
 
     def reveal_times(self, followers: list["Follower"]) -> list[float]:
         """Each follower's time from the teacher's reveal to its first full run drawing its graded answer."""
@@ -79,13 +84,17 @@ class Follower:
 
     def __init__(self, url: str, room: Room, rng: random.Random):
         self.url, self.room, self.rng = url, room, rng
+        self.origin = url.replace("ws", "http", 1).removesuffix("/_stcore/stream")
         self.query, self.page_hash, self.page, self.ticks = "", "", "", {}
         self.finished, self.radios, self.drew_reveal = [], {}, False  # radios: widget id -> options
+        self.blanked, self.blank_since, self.redrawn_s = 0, None, []  # looks answered under a page left, and when
+        # the blank page they leave in a browser was drawn again (the next full run)
 
     def _message(self, fragment: str = "") -> BackMsg:
         message = BackMsg()
         message.rerun_script.query_string = self.query
         message.rerun_script.page_script_hash = self.page_hash
+        message.rerun_script.context_info.url = f"{self.origin}/{self.page}?{self.query}"  # the browser's address
         if fragment:
             message.rerun_script.fragment_id = fragment
             message.rerun_script.is_auto_rerun = True
@@ -132,6 +141,9 @@ class Follower:
             for task in self.ticks.values():  # and, as the frontend, stop every timer: the run's fragments set theirs
                 task.cancel()
             self.ticks = {}
+        elif kind == "new_session" and reply.new_session.page_script_hash != self.page_hash:
+            self.blanked += 1  # a look run under the page left: Streamlit's frontend clears the page it shows
+            self.blank_since = self.blank_since or time.perf_counter()
         elif kind == "navigation":  # every full run's: the page it drew, by its URL path
             paths = {page.page_script_hash: page.url_pathname for page in reply.navigation.app_pages}
             self.page = paths.get(reply.navigation.page_script_hash, "")
@@ -147,10 +159,14 @@ class Follower:
             elif element.WhichOneof("type") == "markdown" and "predicted**" in element.markdown.body:
                 self.drew_reveal = True  # a graded answer
         elif kind == "script_finished":
-            full, self.drew_reveal, drew = reply.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY, False, self.drew_reveal
+            full = reply.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY
+            self.drew_reveal, drew = False, self.drew_reveal
             if not full:
                 return
             now = time.perf_counter()
+            if self.blank_since is not None:
+                self.redrawn_s.append(now - self.blank_since)
+                self.blank_since = None
             if self.answer_sent is not None:
                 self.room.answer_s.append(now - self.answer_sent)
                 self.answer_sent = None
@@ -237,9 +253,17 @@ async def measure_room(url: str, pids: list[int], args) -> None:
 
     print(f"a live class: 1 teacher and {args.clients} students following, {args.minutes:g} min of teaching after "
           f"{IDLE_S:.0f} s idle")
-    follow_s, missed = room.follow_s(followers)
+    moves = room.follow_s(followers)
+    follow_s = [t for *_, times, _ in moves for t in times]
     print(f"  the teacher's click to a follower's updated screen: {counted(follow_s)} (goal: p95 ≤ 2 s)")
-    print(f"  a follower that had not drawn the teacher's view before the teacher's next click: {missed} times")
+    for k, (page, reply, times, _) in enumerate(moves, 1):
+        print(f"    click {k}, onto {page}, the teacher's run {reply * 1e3:,.0f} ms: {counted(times)}")
+    print("  a follower that had not drawn the teacher's view before the teacher's next click: "
+          f"{sum(missed for *_, missed in moves)} times")
+    redrawn = [t for follower in followers for t in follower.redrawn_s]
+    print(f"  a look answered under the page the follower had left (its browser clears the page): "
+          f"{sum(follower.blanked for follower in followers)} times; the page drawn again by the next full run "
+          f"{counted(redrawn)}, {sum(follower.blank_since is not None for follower in followers)} left blank")
     reveals = room.reveal_times(followers) if room.reveal_since else []
     print(f"  the teacher's reveal to a student's graded answer:  {counted(reveals)}")
     print("  server CPU with the class idle and following: "

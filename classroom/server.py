@@ -1,5 +1,5 @@
-"""What the server process does for every session: garbage collection kept cheap, and a warm-up of the slowest first
-computation."""
+"""What the server process does for every session: garbage collection kept cheap, and warm-ups of the slowest first
+computations."""
 
 import gc
 import sys
@@ -8,7 +8,8 @@ import time
 
 import streamlit as st
 
-from mechlib import bigrams, zoo
+from classroom.admission import budget_mb
+from mechlib import bigrams, equivalence, zoo
 
 _frozen_modules = [0]  # len(sys.modules) at the last gc.freeze(), process-wide
 
@@ -49,11 +50,24 @@ def collect_garbage() -> None:
         _collecting.release()
 
 
+def _warm(model) -> None:
+    """The warm-up's work, slowest last: the Equivalence page's run at its seed sizes (drawing its 206 MB W_E table,
+    once per seed, took 0.3–1.2 s here; with it drawn, and its one-hot check kept, the page's first run takes
+    10 ms), then the best fit."""
+    sizes = equivalence.SEED_SIZES
+    equivalence.run(sizes["batch"], sizes["seq"], sizes["d_vocab"], sizes["d_model"], sizes["n_heads"], seed=0,
+                    memory_mb=budget_mb())
+    bigrams.best_fit_kl(model.tokenizer.to_json(), model.cfg.d_model)
+
+
 @st.cache_resource(show_spinner=False)
 def warm_up() -> None:
-    """Once per server process, in the background: the zero-layer section's best rank-d_model fit
-    (``bigrams.best_fit_kl``, 10–20 s of CPU), so the first student to open Circuits: zero layers reads it from the
-    process's cache instead of waiting for it (a student who comes sooner waits for this thread's result)."""
-    model = zoo.load("attn-only-0l")
-    threading.Thread(target=bigrams.best_fit_kl, args=(model.tokenizer.to_json(), model.cfg.d_model), daemon=False,
-                     name="warm-up: best bigram fit").start()  # not a daemon (script threads are): torch aborts a
+    """Once per server process, in the background, the first computations a class waits for longest: the
+    Equivalence page's W_E table for the sidebar's default seed, so that the teacher's first open of the page (a
+    live class follows the teacher there) reads it from the process's cache instead of drawing it; and
+    the zero-layer section's best rank-d_model fit (``bigrams.best_fit_kl``, 10–20 s of CPU), so the first
+    student to open Circuits: zero layers reads it instead of waiting for it (a student who comes sooner waits
+    for this thread's result)."""
+    threading.Thread(target=_warm, args=(zoo.load("attn-only-0l"),), daemon=False,
+                     name="warm-up").start()  # not a daemon (script threads are): torch aborts the process at exit
+    # if a daemon thread is still inside a computation

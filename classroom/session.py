@@ -23,7 +23,7 @@ SESSION_MODELS = 8  # trained or uploaded models a session lists; the oldest goe
 
 def session_id() -> str:
     """This session, to the server's shared things: its place in the training queue, its share of the store."""
-    return st.session_state.setdefault("session_id", uuid.uuid4().hex)
+    return st.session_state.setdefault("session id", uuid.uuid4().hex)
 
 
 def browser_id() -> str:

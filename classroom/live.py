@@ -20,7 +20,7 @@ __all__ = ["ROOM", "TEACHER", "POLL_S", "rooms", "code", "leading", "following",
 
 ROOM = "room"          # the URL key naming the room: students' links carry it
 TEACHER = "teacher"    # the URL key of the teacher's link: the token
-POLL_S = 0.5           # a follower looks at the room this often
+POLL_S = 1.0           # a follower looks at the room this often
 REPORT_S = 4.0         # and reports its presence this often
 OWN_KEYS = {ROOM, TEACHER}
 DEFAULT_CHARS = 500    # the longest default value published for followers (a prompt's text)

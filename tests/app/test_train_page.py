@@ -237,7 +237,7 @@ def test_a_waiting_training_shows_its_place_and_the_estimated_wait_then_the_time
 def test_a_second_training_from_the_same_session_is_refused_while_its_first_holds_a_place(monkeypatch):
     queue = training_queue.TrainingQueue(limit=2)
     monkeypatch.setattr(training_queue, "QUEUE", queue)
-    at = train_page(session_id="this session", **TINY)
+    at = train_page(**{"session id": "this session"}, **TINY)
     inside, release = threading.Event(), threading.Event()
 
     def first():  # this session's earlier run, still holding its slot

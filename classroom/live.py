@@ -283,9 +283,8 @@ def _go(view: View) -> None:
     _arrive(next(page for page in PAGES if page.url_path == view.page), address)
 
 
-# Clicks the page link beside it once per ``data`` (the session's count of such moves: a move made again, after a
-# student came back to the teacher, counts anew), as a student would: the link is in the container whose documented
-# ``st-key-`` class is named here.
+# Clicks the page link beside it once (per ``data``: the move it makes), as a student would: the link is the
+# container's documented ``st-key-`` class's.
 CLICK_LINK = st.components.v2.component("follow_the_teacher", js="""
 export default function ({ data }) {
   if (window.followedMove === data) return;
@@ -311,8 +310,7 @@ def _arrive(page, address: dict[str, str]) -> None:
     with st.container(key="follow-the-teacher"):
         st.page_link(page.file, label=f"Following the teacher to {page.title}…", icon=":material/sync:",
                      query_params=address)
-        st.session_state["room moves"] = st.session_state.get("room moves", 0) + 1
-        CLICK_LINK(data=st.session_state["room moves"])
+        CLICK_LINK(data=f"{st.session_state.get('room version')} {page.url_path} {sorted(address.items())}")
     st.stop()
 
 

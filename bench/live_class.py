@@ -1,7 +1,6 @@
 """The room mode of ``bench/classroom_load.py`` (``--room``): a live class, one teacher and ``--clients`` students
 following them, each a websocket speaking Streamlit's protocol as a browser tab does (a follower's tab reruns the
-room's fragment every ``run_every`` seconds, as Streamlit's frontend does on its ``auto_rerun`` message, and clicks
-the page link the app asks it to click when the teacher went to another page).
+room's fragment every ``run_every`` seconds, as Streamlit's frontend does on its ``auto_rerun`` message).
 
 The teacher starts a class on the Patterns page, the students join by its link over the first 30 s, and the server
 is then left alone with them for ``IDLE_S``: its CPU with the whole class idle and following. Then, for
@@ -30,7 +29,6 @@ REVEAL_AFTER_S = (30.0, 40.0)
 START = "Start a class"
 REVEAL = "Reveal to the class"
 ANSWER_LABELS = ("your answer", "your prediction")  # the room's radios: an exercise's, a prediction's
-CLICKER = "follow_the_teacher"  # the component that clicks the page link before it (``classroom.live._arrive``)
 
 
 def settings(query: str) -> tuple:
@@ -87,7 +85,7 @@ class Follower:
     def __init__(self, url: str, room: Room, rng: random.Random):
         self.url, self.room, self.rng = url, room, rng
         self.origin = url.replace("ws", "http", 1).removesuffix("/_stcore/stream")
-        self.query, self.page_hash, self.page, self.ticks, self.link = "", "", "", {}, None
+        self.query, self.page_hash, self.page, self.ticks = "", "", "", {}
         self.finished, self.radios, self.drew_reveal = [], {}, False  # radios: widget id -> options
         self.blanked, self.blank_since, self.redrawn_s = 0, None, []  # looks answered under a page left, and when
         # the blank page they leave in a browser was drawn again (the next full run)
@@ -106,17 +104,6 @@ class Follower:
         while not stop.is_set():
             await asyncio.sleep(interval)
             await self.ws.send(self._message(fragment).SerializeToString())
-
-    def _click(self, link) -> None:
-        """A click on the page link the app's clicker draws beside: as the frontend, stop every timer and ask for the
-        link's page and address (the page this tab shows stays its own until the run's first message)."""
-        for task in self.ticks.values():
-            task.cancel()
-        self.ticks = {}
-        self.query = link.query_string  # the address the click goes to
-        message = self._message()
-        message.rerun_script.page_script_hash = link.page_script_hash
-        asyncio.ensure_future(self.ws.send(message.SerializeToString()))
 
     async def answer(self) -> None:
         """Pick an option of every question the room asks on this page, as a student clicking one each."""
@@ -169,10 +156,6 @@ class Follower:
             element = reply.delta.new_element
             if element.WhichOneof("type") == "radio" and element.radio.label in ANSWER_LABELS:
                 self.radios[element.radio.id] = tuple(element.radio.options)
-            elif element.WhichOneof("type") == "page_link":
-                self.link = element.page_link
-            elif element.WhichOneof("type") == "bidi_component" and element.bidi_component.component_name == CLICKER:
-                self._click(self.link)
             elif element.WhichOneof("type") == "markdown" and "predicted**" in element.markdown.body:
                 self.drew_reveal = True  # a graded answer
         elif kind == "script_finished":

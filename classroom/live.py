@@ -3,8 +3,7 @@ join card the teacher projects, the teacher's view published after each of its r
 
 A follower's session looks at the room's version every ``POLL_S`` seconds (a fragment with ``run_every``: a small
 read, no page rerun) and reruns only when it moved: to the teacher's page, settings and slide if it follows, in
-place otherwise (a reveal is drawn on every screen). To another page it goes the way a click on a page link goes,
-its browser clicking the link itself (``_arrive``). The teacher's token arrives in the teacher's link
+place otherwise (a reveal is drawn on every screen). The teacher's token arrives in the teacher's link
 (``?teacher=``), moves into the session at once and leaves the address, which the projector shows."""
 
 import time
@@ -21,7 +20,7 @@ __all__ = ["ROOM", "TEACHER", "POLL_S", "rooms", "code", "leading", "following",
 
 ROOM = "room"          # the URL key naming the room: students' links carry it
 TEACHER = "teacher"    # the URL key of the teacher's link: the token
-POLL_S = 0.5           # a follower looks at the room this often
+POLL_S = 1.0           # a follower looks at the room this often
 REPORT_S = 4.0         # and reports its presence this often
 OWN_KEYS = {ROOM, TEACHER}
 DEFAULT_CHARS = 500    # the longest default value published for followers (a prompt's text)
@@ -216,7 +215,7 @@ def _watch() -> None:
     st.session_state["room version"] = version
     view = rooms().view(room) if following() else None
     if view is not None and view != _my_view():
-        st.session_state["room go"] = view  # the app's run goes there (a fragment's run draws only itself)
+        st.session_state["room go"] = view  # the app's run goes there (a fragment's run cannot switch pages)
     st.rerun()
 
 
@@ -254,9 +253,10 @@ def _go(view: View) -> None:
     teacher's address lacks is at its widget's default there: the teacher's value of it (``View.defaults``) where
     the teacher's session has one, else off for a toggle (every one of the app's starts off) and forgotten for
     another widget; this session's own settings on that page from an earlier visit included. Called by the app's
-    run before the sidebar: on the page this session is on, this run goes on to draw them; on another, or with
-    other settings in the address, the browser goes there (``_arrive``). Should a run land elsewhere meanwhile (the
-    student clicked another page), ``publish`` has the next look make the move again."""
+    run before the sidebar: on the page this session is on, this run goes on to draw them; on another, it switches
+    there. A switch can be lost: a rerun the browser asked for meanwhile (the fragment's next look, made on the old
+    page) is folded with it by Streamlit, the later one's page winning; ``publish`` sees the run land elsewhere and
+    has the next look make it again."""
     from classroom.pages import PAGES
     theirs = dict(view.params)
     address = {ROOM: code()}
@@ -279,39 +279,9 @@ def _go(view: View) -> None:
     st.session_state[slides.SUB] = view.slide
     if view.page == st.session_state.get("room page") and all(st.query_params.get(k) == v for k, v in address.items()):
         return  # this run, not yet past the sidebar, draws them
+    page = next(page for page in PAGES if page.url_path == view.page)
     st.session_state["room target"] = view.page
-    _arrive(next(page for page in PAGES if page.url_path == view.page), address)
-
-
-# Clicks the page link beside it once (per ``data``: the move it makes), as a student would: the link is the
-# container's documented ``st-key-`` class's.
-CLICK_LINK = st.components.v2.component("follow_the_teacher", js="""
-export default function ({ data }) {
-  if (window.followedMove === data) return;
-  let tries = 0;
-  const timer = setInterval(() => {
-    const link = document.querySelector(".st-key-follow-the-teacher a");
-    if (link || ++tries > 100) {
-      clearInterval(timer);
-      window.followedMove = data;
-      link?.click();
-    }
-  }, 20);
-  return () => clearInterval(timer);
-}""")
-
-
-def _arrive(page, address: dict[str, str]) -> None:
-    """To ``page`` at ``address`` by a page link that the browser clicks itself, then this run stops. Streamlit's
-    frontend stops a page's timers when a link is clicked, so no look made on the page left reaches the server after
-    the click (``st.switch_page`` from the server leaves the browser looking meanwhile: a look answered under the
-    page left, after the switch, clears the browser's page). Stopping before the sidebar leaves the class's look
-    undrawn, which would start the timer again. The link stays on screen for a browser whose click does not come."""
-    with st.container(key="follow-the-teacher"):
-        st.page_link(page.file, label=f"Following the teacher to {page.title}…", icon=":material/sync:",
-                     query_params=address)
-        CLICK_LINK(data=f"{st.session_state.get('room version')} {page.url_path} {sorted(address.items())}")
-    st.stop()
+    st.switch_page(page.file, query_params=address)
 
 
 def panel() -> None:
@@ -348,7 +318,7 @@ def publish(page: str) -> None:
     """After every run: the page it drew (its URL path) is this session's; the teacher's view becomes the room's."""
     st.session_state["room page"] = page
     if st.session_state.pop("room target", None) not in (None, page) and following():
-        st.session_state["room version"] = None  # the move was lost (see ``_go``): the next look makes it again
+        st.session_state["room version"] = None  # the switch was lost (see ``_go``): the next look makes it again
     if code() is not None:  # the settings this session has shown on the page: a follower coming back resets them
         seen = st.session_state.setdefault("room seen keys", {}).setdefault(page, set())
         seen.update(key for key in st.query_params if key not in OWN_KEYS)

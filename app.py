@@ -3,6 +3,7 @@
 import hashlib
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import streamlit as st
 
@@ -19,7 +20,8 @@ from mechlib.config import ModelConfig, divisors
 from mechlib.device import device_label
 from mechlib.io import MAX_BYTES, CheckpointError
 
-st.set_page_config(page_title="Addition Machines", page_icon=":material/add_circle:", layout="wide",
+# The tab's icon is served by this server: a Material icon's would be fetched from Google's font service.
+st.set_page_config(page_title="Addition Machines", page_icon=Path(__file__).parent / "classroom" / "icon.svg", layout="wide",
                    initial_sidebar_state="collapsed" if slides.linked_present() else "auto")
 
 DEFAULT_MODEL = "gelu-2l"  # MLPs and LayerNorm: every kind of term shows on the residual-stream page

@@ -40,15 +40,20 @@ PATHS = {"": "Addition Machines", "equivalence": "Multi-head attention is a sum 
 
 
 def test_every_page_has_its_own_url_path(browser, server):
-    """Each path, opened first in a fresh browser context, shows its own page (a link a teacher shares)."""
+    """Each path, opened first in a fresh browser context, shows its own page (a link a teacher shares), and the
+    browser asks nothing of any other server (nothing is downloaded at run time: the tab's icon neither)."""
+    elsewhere = []
     for path, title in PATHS.items():
         context = browser.new_context()
         page = context.new_page()
+        page.on("request", lambda request: request.url.startswith((server, "data:")) or elsewhere.append(request.url))
         page.goto(f"{server}/{path}")
         page.locator("h1").first.wait_for(timeout=60_000)
         assert page.locator("h1").first.inner_text() == title, path
         assert "Page not found" not in page.inner_text("body"), path
+        page.wait_for_load_state("networkidle")
         context.close()
+    assert not elsewhere, elsewhere
 
 
 def test_equivalence_page_loads_draws_and_reacts(page, server):

@@ -1,6 +1,7 @@
 """The room mode of ``bench/classroom_load.py`` (``--room``): a live class, one teacher and ``--clients`` students
 following them, each a websocket speaking Streamlit's protocol as a browser tab does (a follower's tab reruns the
-room's fragment every ``run_every`` seconds, as Streamlit's frontend does on its ``auto_rerun`` message).
+room's fragment every ``run_every`` seconds, as Streamlit's frontend does on its ``auto_rerun`` message, and clicks
+the page link the app asks it to click when the teacher went to another page).
 
 The teacher starts a class on the Patterns page, the students join by its link over the first 30 s, and the server
 is then left alone with them for ``IDLE_S``: its CPU with the whole class idle and following. Then, for
@@ -29,6 +30,7 @@ REVEAL_AFTER_S = (30.0, 40.0)
 START = "Start a class"
 REVEAL = "Reveal to the class"
 ANSWER_LABELS = ("your answer", "your prediction")  # the room's radios: an exercise's, a prediction's
+CLICKER = "follow_the_teacher"  # the component that clicks the page link before it (``classroom.live._follow_link``)
 
 
 def settings(query: str) -> tuple:
@@ -85,7 +87,8 @@ class Follower:
     def __init__(self, url: str, room: Room, rng: random.Random):
         self.url, self.room, self.rng = url, room, rng
         self.origin = url.replace("ws", "http", 1).removesuffix("/_stcore/stream")
-        self.query, self.page_hash, self.page, self.ticks = "", "", "", {}
+        self.query, self.page_hash, self.page, self.ticks, self.link, self.clicked = "", "", "", {}, None, None
+        self.fragments = set()  # the fragments the last full run drew: a look's run of another one breaks the page
         self.finished, self.radios, self.drew_reveal = [], {}, False  # radios: widget id -> options
         self.blanked, self.blank_since, self.redrawn_s = 0, None, []  # looks answered under a page left, and when
         # the blank page they leave in a browser was drawn again (the next full run)
@@ -104,6 +107,17 @@ class Follower:
         while not stop.is_set():
             await asyncio.sleep(interval)
             await self.ws.send(self._message(fragment).SerializeToString())
+
+    def _click(self, link) -> None:
+        """A click on the page link the app's clicker draws beside: as the frontend, stop every timer and ask for the
+        link's page and address (the page this tab shows stays its own until the run's first message)."""
+        for task in self.ticks.values():
+            task.cancel()
+        self.ticks = {}
+        self.query = link.query_string  # the address the click goes to
+        message = self._message()
+        message.rerun_script.page_script_hash = link.page_script_hash
+        asyncio.ensure_future(self.ws.send(message.SerializeToString()))
 
     async def answer(self) -> None:
         """Pick an option of every question the room asks on this page, as a student clicking one each."""
@@ -141,21 +155,31 @@ class Follower:
             for task in self.ticks.values():  # and, as the frontend, stop every timer: the run's fragments set theirs
                 task.cancel()
             self.ticks = {}
-        elif kind == "new_session" and reply.new_session.page_script_hash != self.page_hash:
-            self.blanked += 1  # a look run under the page left: Streamlit's frontend clears the page it shows
-            self.blank_since = self.blank_since or time.perf_counter()
+            self.fragments = set()
+        elif kind == "new_session" and (reply.new_session.page_script_hash != self.page_hash
+                                        or not set(reply.metadata.run.fragment_ids) <= self.fragments):
+            self.blanked += 1  # a look run under the page left (Streamlit's frontend clears the page it shows), or
+            self.blank_since = self.blank_since or time.perf_counter()  # of a fragment the page lacks (its deltas
+            # fail: "Bad delta path", the page goes blank)
         elif kind == "navigation":  # every full run's: the page it drew, by its URL path
             paths = {page.page_script_hash: page.url_pathname for page in reply.navigation.app_pages}
             self.page = paths.get(reply.navigation.page_script_hash, "")
         elif kind == "page_info_changed":
             self.query = reply.page_info_changed.query_string
         elif kind == "auto_rerun" and reply.auto_rerun.fragment_id not in self.ticks:
+            self.fragments.add(reply.auto_rerun.fragment_id)
             self.ticks[reply.auto_rerun.fragment_id] = asyncio.ensure_future(
                 self._tick(reply.auto_rerun.fragment_id, reply.auto_rerun.interval, stop))
         elif kind == "delta" and reply.delta.WhichOneof("type") == "new_element":
             element = reply.delta.new_element
             if element.WhichOneof("type") == "radio" and element.radio.label in ANSWER_LABELS:
                 self.radios[element.radio.id] = tuple(element.radio.options)
+            elif element.WhichOneof("type") == "page_link":
+                self.link = element.page_link
+            elif (element.WhichOneof("type") == "bidi_component" and element.bidi_component.component_name == CLICKER
+                  and element.bidi_component.json != self.clicked):  # once per move, as the clicker's script
+                self.clicked = element.bidi_component.json
+                self._click(self.link)
             elif element.WhichOneof("type") == "markdown" and "predicted**" in element.markdown.body:
                 self.drew_reveal = True  # a graded answer
         elif kind == "script_finished":
@@ -261,7 +285,8 @@ async def measure_room(url: str, pids: list[int], args) -> None:
     print("  a follower that had not drawn the teacher's view before the teacher's next click: "
           f"{sum(missed for *_, missed in moves)} times")
     redrawn = [t for follower in followers for t in follower.redrawn_s]
-    print(f"  a look answered under the page the follower had left (its browser clears the page): "
+    print(f"  a look answered on a page that lacked it (under the page the follower had left, or of a fragment the "
+          f"last full run did not draw: its browser blanks the page): "
           f"{sum(follower.blanked for follower in followers)} times; the page drawn again by the next full run "
           f"{counted(redrawn)}, {sum(follower.blank_since is not None for follower in followers)} left blank")
     reveals = room.reveal_times(followers) if room.reveal_since else []

@@ -3,7 +3,8 @@ join card the teacher projects, the teacher's view published after each of its r
 
 A follower's session looks at the room's version every ``POLL_S`` seconds (a fragment with ``run_every``: a small
 read, no page rerun) and reruns only when it moved: to the teacher's page, settings and slide if it follows, in
-place otherwise (a reveal is drawn on every screen). The teacher's token arrives in the teacher's link
+place otherwise (a reveal is drawn on every screen). To another page it goes the way a click on a page link goes,
+its browser clicking the link itself (``_follow_link``). The teacher's token arrives in the teacher's link
 (``?teacher=``), moves into the session at once and leaves the address, which the projector shows."""
 
 import time
@@ -20,7 +21,7 @@ __all__ = ["ROOM", "TEACHER", "POLL_S", "rooms", "code", "leading", "following",
 
 ROOM = "room"          # the URL key naming the room: students' links carry it
 TEACHER = "teacher"    # the URL key of the teacher's link: the token
-POLL_S = 1.0           # a follower looks at the room this often
+POLL_S = 0.5           # a follower looks at the room this often
 REPORT_S = 4.0         # and reports its presence this often
 OWN_KEYS = {ROOM, TEACHER}
 DEFAULT_CHARS = 500    # the longest default value published for followers (a prompt's text)
@@ -72,11 +73,16 @@ def _join(typed: str, token: str | None = None) -> None:
 
 
 def join_from_link() -> None:
-    """A follower's move to the teacher's view, asked for by ``_watch``; a link's ``?room=`` joins its room
+    """At the start of every full run, before any widget: a follower's move to the teacher's view takes its
+    settings (``_move``) and a move by link is over (``_by_link``); a link's ``?room=`` joins its room
     (``?teacher=`` as its teacher), once, and the token leaves the address. An unknown or expired code is said
     above the page and dropped from the address."""
-    if (view := st.session_state.pop("room go", None)) is not None:
-        _go(view)
+    st.session_state.pop("room move", None)
+    for key, value in st.session_state.pop("room go", {}).items():
+        if value is None:
+            st.session_state.pop(key, None)
+        else:
+            st.session_state[key] = value
     if _holds_token():
         st.session_state["room leads"] = rooms().leader(code()) == _student()
     linked, token = st.query_params.get(ROOM), st.query_params.get(TEACHER)
@@ -100,7 +106,8 @@ def _start() -> None:
 
 
 def _leave() -> None:
-    for key in ("room code", "room token", "room leads", "room version", "room follow", "room target"):
+    for key in ("room code", "room token", "room leads", "room version", "room follow", "room target", "room move",
+                "room go"):
         st.session_state.pop(key, None)
     st.query_params.pop(ROOM, None)
 
@@ -190,8 +197,11 @@ def _student_panel(room: str) -> None:
 @st.fragment(run_every=POLL_S)
 def _watch() -> None:
     """Every ``POLL_S``: for the teacher, how many students are connected and follow; for a student, report this
-    session's presence (every ``REPORT_S``), and rerun the app when the room moved: to the teacher's view for a
-    follower."""
+    session's presence (every ``REPORT_S``), and when the room moved, rerun the app (a reveal is drawn), on the
+    teacher's view for a follower: in place, or by a link to another page or address (``_by_link``), drawn here
+    by each look until the browser has followed it. Its body also runs in every full run, where the sidebar's
+    widgets are drawn already: so it only reads the session's settings, which the next run's start sets
+    (``join_from_link``)."""
     room = code()
     if room is None:
         return
@@ -210,13 +220,20 @@ def _watch() -> None:
         st.session_state["room reported"] = now
         rooms().here(room, _student(), st.session_state.get("room name") or random_name(_student()), following())
     version = rooms().version(room)
-    if version == st.session_state.get("room version"):
-        return
-    st.session_state["room version"] = version
-    view = rooms().view(room) if following() else None
-    if view is not None and view != _my_view():
-        st.session_state["room go"] = view  # the app's run goes there (a fragment's run cannot switch pages)
-    st.rerun()
+    if version != st.session_state.get("room version"):
+        st.session_state["room version"] = version
+        view = rooms().view(room) if following() else None
+        for key in ("room move", "room go"):  # a newer view replaces a move the browser has not made
+            st.session_state.pop(key, None)
+        if view is not None and view != _my_view():
+            address, st.session_state["room go"] = _move(view)
+            if view.page != st.session_state.get("room page") or any(
+                    st.query_params.get(key) != text for key, text in address.items()):
+                _by_link(view.page, address)
+        if "room move" not in st.session_state:
+            st.rerun()
+    if (move := st.session_state.get("room move")) is not None:
+        _follow_link(*move)
 
 
 def _my_view(page: str | None = None) -> View:
@@ -247,22 +264,18 @@ def _as_value(current, text: str):
     return text
 
 
-def _go(view: View) -> None:
-    """To the teacher's view. A setting whose widget this session has drawn is set in the session (the address
-    of a widget bound to it cannot be set); the others go in the address, which a new widget reads. A setting the
-    teacher's address lacks is at its widget's default there: the teacher's value of it (``View.defaults``) where
-    the teacher's session has one, else off for a toggle (every one of the app's starts off) and forgotten for
-    another widget; this session's own settings on that page from an earlier visit included. Called by the app's
-    run before the sidebar: on the page this session is on, this run goes on to draw them; on another, it switches
-    there. A switch can be lost: a rerun the browser asked for meanwhile (the fragment's next look, made on the old
-    page) is folded with it by Streamlit, the later one's page winning; ``publish`` sees the run land elsewhere and
-    has the next look make it again."""
-    from classroom.pages import PAGES
+def _move(view: View) -> tuple[dict[str, str], dict[str, object]]:
+    """The address and the session's settings (None: forgotten) of the teacher's view. A setting whose widget this
+    session has drawn is set in the session (the address of a widget bound to it cannot be set); the others go in
+    the address, which a new widget reads. A setting the teacher's address lacks is at its widget's default there:
+    the teacher's value of it (``View.defaults``) where the teacher's session has one, else off for a toggle (every
+    one of the app's starts off) and forgotten for another widget; this session's own settings on that page from
+    an earlier visit included."""
     theirs = dict(view.params)
-    address = {ROOM: code()}
+    address, settings = {ROOM: code()}, {slides.SUB: view.slide}
     for key, text in theirs.items():
-        if key in st.session_state and st.session_state[key] is not None:
-            st.session_state[key] = _as_value(st.session_state[key], text)
+        if st.session_state.get(key) is not None:
+            settings[key] = _as_value(st.session_state[key], text)
         else:
             address[key] = text
     seen = st.session_state.get("room seen keys", {}).get(view.page, set())  # this session's settings there
@@ -271,17 +284,53 @@ def _go(view: View) -> None:
         if key in theirs:
             continue
         if key in defaults and st.session_state.get(key) is not None:
-            st.session_state[key] = _as_value(st.session_state[key], defaults[key])
+            settings[key] = _as_value(st.session_state[key], defaults[key])
         elif isinstance(st.session_state.get(key), bool):
-            st.session_state[key] = False
+            settings[key] = False
         else:
-            st.session_state.pop(key, None)
-    st.session_state[slides.SUB] = view.slide
-    if view.page == st.session_state.get("room page") and all(st.query_params.get(k) == v for k, v in address.items()):
-        return  # this run, not yet past the sidebar, draws them
-    page = next(page for page in PAGES if page.url_path == view.page)
-    st.session_state["room target"] = view.page
-    st.switch_page(page.file, query_params=address)
+            settings[key] = None
+    return address, settings
+
+
+def _by_link(page: str, address: dict[str, str]) -> None:
+    """The move to ``page`` (its URL path) at ``address``, by the link ``_follow_link`` draws. Should the next full
+    run land elsewhere (the student clicked another page first), ``publish`` has the next look make it again."""
+    from classroom.pages import PAGES
+    target = next(each for each in PAGES if each.url_path == page)
+    st.session_state["room target"] = page
+    st.session_state["room moves"] = st.session_state.get("room moves", 0) + 1
+    st.session_state["room move"] = (target.file, target.title, address, st.session_state["room moves"])
+
+
+# Clicks the page link before it once per ``data`` (the session's count of moves by link: a move made again, after a
+# student came back to the teacher, counts anew), as a student would: the link is in the container whose documented
+# ``st-key-`` class is named here.
+CLICK_LINK = st.components.v2.component("follow_the_teacher", js="""
+export default function ({ data }) {
+  if (window.followedMove === data) return;
+  let tries = 0;
+  const timer = setInterval(() => {
+    const link = document.querySelector(".st-key-follow-the-teacher a");
+    if (link || ++tries > 100) {
+      clearInterval(timer);
+      window.followedMove = data;
+      link?.click();
+    }
+  }, 20);
+  return () => clearInterval(timer);
+}""")
+
+
+def _follow_link(file: str, title: str, address: dict[str, str], move: int) -> None:
+    """The teacher's view on another page, or with settings this session has no widget for, is reached by a page
+    link that the browser clicks itself (``CLICK_LINK``), drawn in the look. Streamlit's frontend stops the page's
+    timers at a link's click and asks for the new page after them, so every look this browser sent before the move
+    is answered before it, on the page and the fragment it was made on, and none after. (``st.switch_page`` from
+    the server leaves the browser looking until the switched run's first message: a look answered after the switch
+    clears the browser's page.) The link stays in the sidebar should the click not come."""
+    with st.container(key="follow-the-teacher"):
+        st.page_link(file, label=f"Following the teacher to {title}…", icon=":material/sync:", query_params=address)
+        CLICK_LINK(data=move)
 
 
 def panel() -> None:
@@ -317,8 +366,9 @@ def panel() -> None:
 def publish(page: str) -> None:
     """After every run: the page it drew (its URL path) is this session's; the teacher's view becomes the room's."""
     st.session_state["room page"] = page
-    if st.session_state.pop("room target", None) not in (None, page) and following():
-        st.session_state["room version"] = None  # the switch was lost (see ``_go``): the next look makes it again
+    if ("room move" not in st.session_state and st.session_state.pop("room target", None) not in (None, page)
+            and following()):
+        st.session_state["room version"] = None  # the move was lost (see ``_by_link``): the next look makes it again
     if code() is not None:  # the settings this session has shown on the page: a follower coming back resets them
         seen = st.session_state.setdefault("room seen keys", {}).setdefault(page, set())
         seen.update(key for key in st.query_params if key not in OWN_KEYS)

@@ -11,6 +11,7 @@ from typing import Self
 __all__ = ["JsonConfig", "ModelConfig", "divisors", "whole"]
 
 NORMALIZATIONS = ("LN", None)
+ACT_FNS = ("gelu", "gelu_new")  # exact GELU; GPT-2's tanh approximation of it
 POSITIONALS = ("standard", "shortformer")
 LIMITS = {"n_layers": (0, 48), "d_model": (1, 8192), "n_heads": (1, 256), "d_head": (1, 1024),
           "d_vocab": (2, 200_000), "n_ctx": (1, 8192), "d_mlp": (1, 32768)}
@@ -71,7 +72,8 @@ class ModelConfig(JsonConfig):
 
     ``d_head`` defaults to ``d_model // n_heads``; ``d_mlp=None`` means attention-only;
     ``normalization`` is ``"LN"`` or ``None``; ``positional="shortformer"`` adds the positional
-    embedding to the queries' and keys' input only, never to the residual stream.
+    embedding to the queries' and keys' input only, never to the residual stream; ``act_fn`` is the
+    MLP's GELU: ``"gelu"`` (exact) or ``"gelu_new"`` (GPT-2's tanh approximation).
     """
 
     n_layers: int
@@ -83,6 +85,7 @@ class ModelConfig(JsonConfig):
     d_mlp: int | None = None
     normalization: str | None = None
     positional: str = "standard"
+    act_fn: str = "gelu"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -103,6 +106,8 @@ class ModelConfig(JsonConfig):
             object.__setattr__(self, "d_head", self.d_model // self.n_heads)
         if self.normalization not in NORMALIZATIONS:
             raise ValueError(f"normalization={self.normalization!r} is not known; choose 'LN' or None")
+        if self.act_fn not in ACT_FNS:
+            raise ValueError(f"act_fn={self.act_fn!r} is not known; choose 'gelu' or 'gelu_new'")
         if self.positional not in POSITIONALS:
             raise ValueError(f"positional={self.positional!r} is not known; choose 'standard' or 'shortformer'")
 

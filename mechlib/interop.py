@@ -19,7 +19,7 @@ from mechlib.model import LN_EPS, Transformer
 __all__ = ["to_transformer_lens", "from_transformer_lens"]
 
 # The TransformerLens choices mechlib's model has (act_fn only matters with an MLP).
-CHOICES = {"act_fn": ("gelu",), "normalization_type": ("LN", None),
+CHOICES = {"act_fn": ("gelu", "gelu_new"), "normalization_type": ("LN", None),
            "positional_embedding_type": ("standard", "shortformer")}
 # HookedTransformerConfig fields that do not change the logits; every other field must equal the value it
 # has in the config to_transformer_lens would write, else from_transformer_lens refuses the model.
@@ -43,10 +43,10 @@ def _transformer_lens():
 
 
 def _tl_config(tl, cfg: ModelConfig, dtype, device: str):
-    """The HookedTransformerConfig of a mechlib config: the same sizes, exact GELU, LayerNorm ε, no <bos>."""
+    """The HookedTransformerConfig of a mechlib config: the same sizes and GELU, LayerNorm ε, no <bos>."""
     return tl.HookedTransformerConfig(
         n_layers=cfg.n_layers, d_model=cfg.d_model, n_heads=cfg.n_heads, d_head=cfg.d_head, d_vocab=cfg.d_vocab,
-        n_ctx=cfg.n_ctx, d_mlp=cfg.d_mlp, attn_only=cfg.attn_only, act_fn="gelu", eps=LN_EPS,
+        n_ctx=cfg.n_ctx, d_mlp=cfg.d_mlp, attn_only=cfg.attn_only, act_fn=cfg.act_fn, eps=LN_EPS,
         normalization_type=cfg.normalization, positional_embedding_type=cfg.positional,
         default_prepend_bos=False, init_weights=False, dtype=dtype, device=device)
 
@@ -69,9 +69,10 @@ def from_transformer_lens(hooked) -> Transformer:
     """A new mechlib ``Transformer`` with the ``HookedTransformer``'s config and a copy of its weights.
 
     Refuses, with a ValueError naming the field, a model mechlib cannot represent: another activation
-    than exact GELU, normalization other than LN or none (LNPre, as ``fold_ln=True`` leaves it, or RMS),
-    rotary or other positions, and any other setting that changes the logits (MoE, grouped-query
-    attention, soft caps, …). The tokenizer is not carried over; the weights keep their dtype and device.
+    than GELU (exact, or GPT-2's "gelu_new"), normalization other than LN or none (LNPre, as
+    ``fold_ln=True`` leaves it, or RMS), rotary or other positions, and any other setting that changes
+    the logits (MoE, grouped-query attention, soft caps, …). The tokenizer is not carried over; the
+    weights keep their dtype and device.
     """
     tl = _transformer_lens()
     theirs = hooked.cfg
@@ -82,7 +83,8 @@ def from_transformer_lens(hooked) -> Transformer:
                              f"{' or '.join(map(repr, allowed))}")
     cfg = ModelConfig(n_layers=theirs.n_layers, d_model=theirs.d_model, n_heads=theirs.n_heads, d_head=theirs.d_head,
                       d_vocab=theirs.d_vocab, n_ctx=theirs.n_ctx, d_mlp=None if theirs.attn_only else theirs.d_mlp,
-                      normalization=theirs.normalization_type, positional=theirs.positional_embedding_type)
+                      normalization=theirs.normalization_type, positional=theirs.positional_embedding_type,
+                      act_fn="gelu" if theirs.attn_only else theirs.act_fn)
     ours = _tl_config(tl, cfg, theirs.dtype, theirs.device)
     unused = {"act_fn", "d_mlp"} if theirs.attn_only else set()
     for field in dataclasses.fields(theirs):

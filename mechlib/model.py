@@ -144,10 +144,12 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """mlp_out = GELU(x W_in + b_in) W_out + b_out (exact GELU, TransformerLens's act_fn="gelu")."""
+    """mlp_out = GELU(x W_in + b_in) W_out + b_out: exact GELU (TransformerLens's act_fn="gelu"), or GPT-2's
+    0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (act_fn="gelu_new")."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        self.approximate = "tanh" if cfg.act_fn == "gelu_new" else "none"
         self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
         self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp))
         self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
@@ -155,7 +157,7 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor, rec: Recorder = NO_RECORDING) -> Tensor:
         pre = rec("hook_pre", x @ self.W_in + self.b_in)                        # [batch pos d_mlp]
-        post = rec("hook_post", F.gelu(pre))                                    # [batch pos d_mlp]
+        post = rec("hook_post", F.gelu(pre, approximate=self.approximate))     # [batch pos d_mlp]
         return post @ self.W_out + self.b_out                                   # [batch pos d_model]
 
 

@@ -20,3 +20,14 @@ def with_random_biases(model: Transformer, seed: int = 11) -> Transformer:
 def randomised(cfg: ModelConfig) -> Transformer:
     """A float64 model of ``cfg`` with random biases and LayerNorm parameters."""
     return with_random_biases(Transformer(cfg).double(), seed=5)
+
+
+def randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Every parameter drawn afresh, biases and LayerNorm included, so each one's mapping shows in the logits:
+    matrices ~ N(0, 1/fan_in) (fan_in: the second-last axis), vectors ~ N(0, 0.3²)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            std = param.shape[-2] ** -0.5 if param.dim() > 1 else 0.3
+            param.copy_(std * torch.randn(param.shape, generator=generator, dtype=param.dtype))
+    return module

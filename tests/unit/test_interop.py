@@ -18,6 +18,7 @@ import torch
 from mechlib import LSTM, LSTMConfig, ModelConfig, Transformer, zoo
 from mechlib.checks import INTEROP_TOLERANCE, compare
 from mechlib.interop import from_transformer_lens, to_transformer_lens
+from tests.unit.helpers import randomize
 
 pytestmark = pytest.mark.filterwarnings("ignore:HookedTransformer is deprecated:DeprecationWarning")
 
@@ -32,6 +33,8 @@ PAIRS = {
                                       positional_embedding_type="shortformer")),
     "GELU MLP LN": (ModelConfig(**SIZES, d_mlp=64, normalization="LN"),
                     dict(TL_SIZES, d_mlp=64, act_fn="gelu", normalization_type="LN")),
+    "GPT-2's GELU MLP LN": (ModelConfig(**SIZES, d_mlp=64, normalization="LN", act_fn="gelu_new"),
+                            dict(TL_SIZES, d_mlp=64, act_fn="gelu_new", normalization_type="LN")),
     "GELU MLP shortformer, d_head 6": (ModelConfig(**SIZES | {"d_head": 6}, d_mlp=64, positional="shortformer"),
                                        dict(TL_SIZES | {"d_head": 6}, d_mlp=64, act_fn="gelu", normalization_type=None,
                                             positional_embedding_type="shortformer")),
@@ -50,17 +53,6 @@ def tl():
     except ImportError as error:
         pytest.fail(f"the interop tests need TransformerLens, which requirements-test.txt installs: {error}")
     return transformer_lens
-
-
-def randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Every parameter drawn afresh, biases and LayerNorm included, so each one's mapping shows in the logits:
-    matrices ~ N(0, 1/fan_in) (fan_in: the second-last axis), vectors ~ N(0, 0.3²)."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in module.parameters():
-            std = param.shape[-2] ** -0.5 if param.dim() > 1 else 0.3
-            param.copy_(std * torch.randn(param.shape, generator=generator, dtype=param.dtype))
-    return module
 
 
 def tokens_for(d_vocab: int, n_ctx: int, seed: int = 1) -> torch.Tensor:
@@ -104,10 +96,12 @@ def test_an_lstm_is_refused_before_anything_is_imported():
 
 
 def test_importing_mechlib_does_not_import_transformer_lens():
-    """Where TransformerLens is installed (the bench venv), importing mechlib.interop still leaves it unloaded."""
-    code = "import sys, mechlib, mechlib.interop; print('transformer_lens' in sys.modules)"
+    """Where TransformerLens is installed (the bench venv), importing mechlib.interop still leaves it unloaded, and
+    Hugging Face's transformers and tokenizers too."""
+    code = ("import sys, mechlib, mechlib.interop; "
+            "print([name for name in ('transformer_lens', 'transformers', 'tokenizers') if name in sys.modules])")
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert run.stdout.strip() == "False"
+    assert run.stdout.strip() == "[]"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +182,7 @@ GELU = dict(TL_SIZES, d_mlp=64, act_fn="gelu", normalization_type=None)
 
 @pytest.mark.parametrize("fields, named", [
     (GELU | {"act_fn": "relu"}, "act_fn='relu'"),
-    (GELU | {"act_fn": "gelu_new"}, "act_fn='gelu_new'"),
+    (GELU | {"act_fn": "solu_ln"}, "act_fn='solu_ln'"),
     (GELU | {"normalization_type": "LNPre"}, "normalization_type='LNPre'"),
     (GELU | {"normalization_type": "RMS"}, "normalization_type='RMS'"),
     (ATTN_ONLY | {"positional_embedding_type": "rotary"}, "positional_embedding_type='rotary'"),

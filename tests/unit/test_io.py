@@ -73,7 +73,7 @@ def bad_files(tmp_path) -> dict[str, tuple[bytes, str]]:
         "random bytes": (bytes(range(256)) * 40, "not a safetensors file"),
         "tiny": (b"abc", "too short"),
         "truncated": (good[: len(good) // 2], "damaged"),
-        "too small for its config": (good[: len(good) // 4], "needs 5,367 weights but the file has only 6,281 bytes"),
+        "too small for its config": (good[: len(good) // 4], "needs 5,367 weights but the file has only 6,287 bytes"),
         "pickle": (pickle.dumps({"a": 1}), "looks like a pickle/torch.save file"),
         "torch.save zip": (b"PK\x03\x04" + bytes(100), "looks like a pickle/torch.save file"),
         "header not json": (struct.pack("<Q", 4) + b"\xff\xfe{[" + bytes(8), "header is not JSON"),

@@ -1,4 +1,5 @@
-"""TransformerLens interop: a mechlib ``Transformer`` to a ``HookedTransformer`` and back, weights unchanged.
+"""Interop: a mechlib ``Transformer`` to TransformerLens's ``HookedTransformer`` and back, weights unchanged; and
+Hugging Face GPT-2 models to mechlib (``from_transformers``, written in ``mechlib.hf``).
 
 The state-dict keys are the same in both (``embed.W_E``, ``blocks.0.attn.W_Q``, …), so a conversion is
 a config translated field by field and the weights copied under their own names. The logits agree within
@@ -14,9 +15,10 @@ Face tokenizers, so a converted model takes token ids (``hooked(tokens)``), not 
 import dataclasses
 
 from mechlib.config import ModelConfig
+from mechlib.hf import from_transformers
 from mechlib.model import LN_EPS, Transformer
 
-__all__ = ["to_transformer_lens", "from_transformer_lens"]
+__all__ = ["to_transformer_lens", "from_transformer_lens", "from_transformers"]
 
 # The TransformerLens choices mechlib's model has (act_fn only matters with an MLP).
 CHOICES = {"act_fn": ("gelu", "gelu_new"), "normalization_type": ("LN", None),

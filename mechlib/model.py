@@ -5,8 +5,9 @@ The residual stream is literal: ``resid = resid + attn_out`` and ``resid = resid
 (``embed.W_E``, ``pos_embed.W_pos``, ``blocks.0.attn.W_Q``, …, ``unembed.W_U``), so weights move
 between the two without renaming. The forward never mutates the model: there are no hooks. Each
 activation passes through a ``Recorder`` under its hook name, ``q = rec("hook_q", …)``; the one that
-``run_with_cache`` or ``ablate`` makes writes the cache and replaces ablated heads' z, and the plain
-forward's null recorder hands every tensor back untouched.
+``run_with_cache``, ``ablate`` or ``patch`` makes writes the cache and replaces the activations asked for
+(activation patching; an ablation is a head's z patched with a constant), and the plain forward's null
+recorder hands every tensor back untouched.
 """
 
 import copy
@@ -23,23 +24,23 @@ __all__ = ["Transformer", "Recorder", "NO_RECORDING"]
 
 Cache = dict[str, Tensor]
 Ablation = dict[tuple[int, int], Tensor]  # (layer, head) -> the z [d_head] that replaces the head's output
+Patch = dict[str, tuple[Tensor, Tensor]]  # hook name -> (where, values), both broadcast to the activation x:
+# x becomes torch.where(where, values, x)
 LN_EPS = 1e-5
 
 
 class Recorder:
     """What one forward pass records and changes, by TransformerLens hook name.
 
-    ``rec(name, x)`` returns x. On the way it replaces the z of ablated heads (at
-    ``blocks.{layer}.attn.hook_z``) and, when there is a cache, writes x into it under its name.
-    ``rec.scope("attn")`` is the recorder of a submodule: its names get the prefix ``attn.``.
-    The null recorder (no cache, no ablation) is not ``active``: nothing needs to be seen or changed.
+    ``rec(name, x)`` returns x. On the way it patches x where ``patch`` names it (x becomes
+    ``torch.where(where, values, x)``) and, when there is a cache, writes the result into it under its name.
+    ``rec.scope("attn")`` is the recorder of a submodule: its names get the prefix ``attn.``. ``patched``
+    collects the names it patched (shared by its scopes). The null recorder (no cache, no patch) is not
+    ``active``: nothing needs to be seen or changed.
     """
 
-    def __init__(self, cache: Cache | None = None, ablate: Ablation | None = None):
-        self.cache, self.prefix = cache, ""
-        self.replacements: dict[str, dict[int, Tensor]] = {}  # hook name -> {head: z [d_head]}
-        for (layer, head), z in (ablate or {}).items():
-            self.replacements.setdefault(f"blocks.{layer}.attn.hook_z", {})[head] = z
+    def __init__(self, cache: Cache | None = None, patch: Patch | None = None):
+        self.cache, self.patch, self.prefix, self.patched = cache, patch or {}, "", set()
 
     @property
     def recording(self) -> bool:
@@ -49,7 +50,7 @@ class Recorder:
     @property
     def active(self) -> bool:
         """False for the null recorder: no activation is seen or changed, so a fused kernel may compute a layer."""
-        return self.cache is not None or bool(self.replacements)
+        return self.cache is not None or bool(self.patch)
 
     def scope(self, name: str) -> "Recorder":
         if not self.active:
@@ -62,10 +63,10 @@ class Recorder:
         if not self.active:
             return x
         name = self.prefix + name
-        if name in self.replacements:  # a head's output replaced by a given z: the model is not touched
-            x = x.clone()
-            for head, z in self.replacements[name].items():
-                x[..., head, :] = z                              # x: [batch pos head d_head]
+        if name in self.patch:  # a new tensor: neither the model nor the activation passed in is touched
+            where, values = self.patch[name]
+            x = torch.where(where, values, x)
+            self.patched.add(name)
         if self.cache is not None:
             self.cache[name] = x
         return x
@@ -176,12 +177,16 @@ class Block(nn.Module):
     def _norm(self, ln: str, x: Tensor, rec: Recorder) -> Tensor:
         return getattr(self, ln)(x, rec.scope(ln)) if self.cfg.normalization == "LN" else x
 
+    def attention_inputs(self, resid: Tensor, pos_embed: Tensor, rec: Recorder = NO_RECORDING) -> tuple[Tensor, Tensor]:
+        """What attention reads from the residual stream [... pos d_model]: (queries' and keys' input, values'
+        input). Shortformer: positions enter the queries and keys only (after ln1, as in TransformerLens), never
+        the residual stream."""
+        v_input = self._norm("ln1", resid, rec)
+        return (v_input + pos_embed if self.cfg.positional == "shortformer" else v_input), v_input
+
     def forward(self, resid: Tensor, pos_embed: Tensor, rec: Recorder = NO_RECORDING) -> Tensor:
         resid = rec("hook_resid_pre", resid)                                    # [batch pos d_model]
-        v_input = self._norm("ln1", resid, rec)
-        # Shortformer: positions enter the queries and keys only (after ln1, as in TransformerLens),
-        # never the residual stream.
-        qk_input = v_input + pos_embed if self.cfg.positional == "shortformer" else v_input
+        qk_input, v_input = self.attention_inputs(resid, pos_embed, rec)
         attn_out = rec("hook_attn_out", self.attn(qk_input, v_input, rec.scope("attn")))
         resid = resid + attn_out                                 # the residual stream: read, then add
         if not self.cfg.attn_only:
@@ -243,21 +248,35 @@ class Transformer(Shareable):
             raise ValueError(f"token ids must lie in [0, {self.cfg.d_vocab}), got {int(low)}…{int(high)}")
         return tokens
 
-    def _check_ablation(self, ablate: Ablation | None) -> Ablation | None:
-        for layer, head in ablate or {}:
-            if not (0 <= layer < self.cfg.n_layers and 0 <= head < self.cfg.n_heads):
-                raise ValueError(f"ablate names head ({layer}, {head}), but the model has heads (0…{self.cfg.n_layers - 1}, "
-                                 f"0…{self.cfg.n_heads - 1})")
-        return ablate
+    def _ablation_patch(self, ablate: Ablation | None) -> Patch:
+        """Each ablated head's z patched with its constant at every position: per layer, where [head 1] and
+        values [head d_head] (zero at the heads not ablated)."""
+        cfg, W_E, patch = self.cfg, self.embed.W_E, {}
+        for (layer, head), z in (ablate or {}).items():
+            if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
+                raise ValueError(f"ablate names head ({layer}, {head}), but the model has heads "
+                                 f"(0…{cfg.n_layers - 1}, 0…{cfg.n_heads - 1})")
+            where, values = patch.setdefault(f"blocks.{layer}.attn.hook_z", (
+                torch.zeros(cfg.n_heads, 1, dtype=torch.bool, device=W_E.device),
+                W_E.new_zeros(cfg.n_heads, cfg.d_head)))
+            where[head], values[head] = True, z
+        return patch
 
-    def forward(self, tokens: Tensor, cache: Cache | None = None, ablate: Ablation | None = None) -> Tensor:
+    def forward(self, tokens: Tensor, cache: Cache | None = None, ablate: Ablation | None = None,
+                patch: Patch | None = None) -> Tensor:
         """tokens [batch pos] (or [pos]) -> logits [batch pos d_vocab]; fills ``cache`` when given one.
 
         ``ablate`` maps (layer, head) to the z [d_head] that replaces the head's output at every position
-        (zeros for zero-ablation, the head's mean z for mean-ablation); the model itself is never changed.
+        (zeros for zero-ablation, the head's mean z for mean-ablation). ``patch`` maps hook names to (where,
+        values): the activation becomes ``torch.where(where, values, x)`` (activation patching: values from
+        another input's cache). A name no activation of this model has is refused after the pass, as is a hook
+        named by both. The model itself is never changed.
         """
         tokens = self._check_tokens(tokens).to(self.embed.W_E.device)
-        rec = Recorder(cache, self._check_ablation(ablate))
+        ablation = self._ablation_patch(ablate)
+        if both := ablation.keys() & (patch or {}).keys():
+            raise ValueError(f"ablate and patch both name {', '.join(sorted(both))}; patch that activation alone")
+        rec = Recorder(cache, ablation | (patch or {}))
         embed = rec("hook_embed", F.embedding(tokens, self.embed.W_E))                      # [batch pos d_model]
         pos_embed = rec("hook_pos_embed", self.pos_embed.W_pos[: tokens.shape[1]].expand_as(embed))  # [batch pos d_model]
         resid = embed if self.cfg.positional == "shortformer" else embed + pos_embed
@@ -267,11 +286,14 @@ class Transformer(Shareable):
             resid = self.ln_final(resid, rec.scope("ln_final"))
         if not rec.active:  # one fused matmul-and-add
             return F.linear(resid, self.unembed.W_U.T, self.unembed.b_U)                    # [batch pos d_vocab]
+        if unknown := rec.patch.keys() - rec.patched:
+            raise ValueError(f"patch names {', '.join(sorted(unknown)[:5])}, which this model has no activation for")
         return resid @ self.unembed.W_U + self.unembed.b_U      # [batch pos d_vocab]
 
     @torch.inference_mode()
-    def run_with_cache(self, tokens: Tensor, ablate: Ablation | None = None) -> tuple[Tensor, Cache]:
+    def run_with_cache(self, tokens: Tensor, ablate: Ablation | None = None,
+                       patch: Patch | None = None) -> tuple[Tensor, Cache]:
         """(logits, cache): cache maps TransformerLens hook names to activations."""
         cache: Cache = {}
-        logits = self(tokens, cache, ablate)
+        logits = self(tokens, cache, ablate, patch)
         return logits, cache

@@ -257,15 +257,40 @@ def test_the_null_recorder_hands_every_tensor_back_and_a_recording_one_writes_ho
     assert recorder("hook_z", x) is x and cache == {"blocks.1.attn.hook_z": x}
 
 
-def test_an_ablating_recorder_replaces_only_the_named_heads_z():
+def test_a_patching_recorder_replaces_only_where_asked():
     x = torch.arange(24.0).reshape(1, 2, 3, 4)  # [batch pos head d_head]
-    recorder = Recorder(ablate={(1, 2): torch.full((4,), -1.0)})
+    where = torch.tensor([False, False, True])[:, None]                    # [head 1]: head 2
+    recorder = Recorder(patch={"blocks.1.attn.hook_z": (where, torch.full((3, 4), -1.0))})
     assert recorder.active and not recorder.recording
     assert recorder.scope("blocks.0").scope("attn")("hook_z", x) is x      # another layer: untouched
     assert recorder.scope("blocks.1").scope("attn")("hook_q", x) is x      # another hook: untouched
     z = recorder.scope("blocks.1").scope("attn")("hook_z", x)
     assert torch.all(z[..., 2, :] == -1) and torch.equal(z[..., :2, :], x[..., :2, :])
     assert x.min() == 0  # the input itself is not written to
+
+
+@pytest.mark.parametrize("cfg", [cfg for cfg in CONFIGS if cfg.n_layers])
+def test_patching_a_residual_stream_everywhere_runs_the_other_input_from_there_on(cfg):
+    """Activation patching: block 0's input taken from input B's cache at every position, on input A, gives B's
+    logits (the same positions, so the same positional embedding); at no position, A's: to 1e-10 in float64."""
+    model = Transformer(cfg).double()
+    a, b = tokens_for(cfg, seed=1), tokens_for(cfg, seed=2)
+    logits_b, cache_b = model.run_with_cache(b)
+    resid = cache_b["blocks.0.hook_resid_pre"]                                   # [batch pos d_model]
+    for everywhere, expected in ((True, logits_b), (False, model(a).detach())):
+        where = torch.full((1, 1, 1), everywhere)
+        check = compare(model(a, patch={"blocks.0.hook_resid_pre": (where, resid)}).detach(), expected, 1e-10)
+        assert check.passed, check  # not bit for bit: the unpatched pass takes the fused kernels
+
+
+def test_a_patch_of_an_activation_the_model_lacks_or_one_also_ablated_is_refused():
+    cfg = CONFIGS[1]  # 1 layer, 4 heads
+    model, tokens = Transformer(cfg), tokens_for(cfg)
+    nowhere = (torch.zeros(1, dtype=torch.bool), torch.zeros(1))
+    with pytest.raises(ValueError, match="patch names blocks.1.hook_resid_pre, which this model has no activation"):
+        model(tokens, patch={"blocks.1.hook_resid_pre": nowhere})
+    with pytest.raises(ValueError, match="ablate and patch both name blocks.0.attn.hook_z"):
+        model(tokens, ablate={(0, 1): torch.zeros(cfg.d_head)}, patch={"blocks.0.attn.hook_z": nowhere})
 
 
 def test_ablating_a_head_the_model_does_not_have_is_refused():

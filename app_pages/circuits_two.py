@@ -1,6 +1,7 @@
-"""Circuits, two layers (Elhage et al. 2021; Olsson et al. 2022): composition, virtual heads, induction heads and the
-ablation that proves the circuit."""
+"""Circuits, two layers (Elhage et al. 2021; Olsson et al. 2022): composition, virtual heads, induction heads, the
+ablation that proves the circuit, and activation patching that finds it from the other side."""
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -11,7 +12,7 @@ from classroom.part import record
 from classroom.questions import exercise, predict
 from classroom.session import part_model
 from classroom.text import verdict
-from mechlib import checks, circuits, figures, induction
+from mechlib import checks, circuits, figures, induction, patching
 
 NONE = "none of them"
 
@@ -112,10 +113,79 @@ def the_circuit() -> None:
         st.markdown(f"**No induction circuit found in {name}.** Missing: " + "; ".join(c.missing) + ".")
 
 
+def activation_patching() -> None:
+    t = compute(induction.two_layers, model, seed, key=key)  # first: the figures' snippets read the patching result
+    p = compute(patching.patching, model, seed, key=key)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    labels = [circuits.head_label(layer, head) for layer in range(L) for head in range(H)]
+    prose(f"Activation patching runs the model on a clean input, a random segment of {p.length} tokens repeated, "
+          "with one activation taken from a corrupted input, the same but with the first copy replaced by other "
+          "random tokens, and measures the logit difference on the second copy: the logit of the token after the "
+          "earlier copy minus that of the corrupted input's token there. A patch's effect is (clean − patched) / "
+          "(clean − corrupted): 1 when that activation alone, corrupted, breaks the prediction as much as the "
+          "corrupted input does, 0 when it changes nothing.")
+    keys = ", ".join(f"{label} **{value:.0%}**" for label, value in sorted(
+        zip(labels, p.inputs["k"].flatten()), key=lambda pair: -pair[1])[:4])
+    if not predict("patching", "Corrupt one head's keys at a time, everything else clean. Whose keys carry the "
+                   f"prediction: corrupting them alone costs at least {p.effect_min:.0%} of what the corrupted input "
+                   "costs? (Several can.)", labels + [NONE], p.carriers or [NONE],
+                   f"The effect of corrupting each head's keys, largest first: {keys}. A head's keys carry the "
+                   f"prediction from {p.effect_min:.0%} on, when the model predicts the second copy at all (its "
+                   f"clean and corrupted logit differences at least {p.gap_min:g} apart)."):
+        return
+    if not p.measurable:
+        st.markdown(f"**Nothing to break.** {name}'s logit difference is {p.clean:.2f} on the clean input and "
+                    f"{p.corrupted:.2f} on the corrupted one, less than {p.gap_min:g} apart: it does not predict the "
+                    "second copy, so no patch can show what carries the prediction.")
+    else:
+        sender, receiver, value = p.strongest
+        prev = t.scores["prev_token"].flatten()[t.heads.index(sender)]
+        score = t.scores["induction"].flatten()[t.heads.index(receiver)]
+        found = verdict(p.stands_out, f"it carries the prediction (≥ {p.effect_min:.0%})",
+                        f"no path carries {p.effect_min:.0%} or more")
+        roles = (verdict(prev >= checks.PREV_TOKEN_MIN, f"a previous-token head (score {prev:.2f})",
+                         f"not a previous-token head (score {prev:.2f} < {checks.PREV_TOKEN_MIN})"),
+                 verdict(score >= checks.INDUCTION_MIN, f"an induction head (score {score:.2f})",
+                         f"not an induction head (score {score:.2f} < {checks.INDUCTION_MIN})"))
+        needs = (" An induction head's keys need the previous-token head's output: what the ablation above found "
+                 "by removing it." if p.stands_out and prev >= checks.PREV_TOKEN_MIN and score >= checks.INDUCTION_MIN
+                 else "")
+        st.markdown(f"Logit difference: **{p.clean:.2f}** clean, **{p.corrupted:.2f}** corrupted. The strongest path "
+                    f"into a head's keys: **{sender} → {receiver}**, effect **{value:.0%}** — {found}. {sender}: "
+                    f"{roles[0]}; {receiver}: {roles[1]}.{needs}")
+        record("strongest K path", f"{sender} → {receiver}: {value:.3f}")
+    layers, columns = [f"layer {layer}" for layer in range(L)], [f"H{h}" for h in range(H)]
+    rows = [f"L{layer} {part}" for layer in range(L) for part in ("queries", "keys", "values")]
+    titles = ("A head's output, corrupted", "A head's queries, keys or values, corrupted")
+    outputs = figures.patching_heatmap(p.heads, layers, columns, titles[0], "head", "layer")
+    read = figures.patching_heatmap(np.stack([p.inputs[part][layer] for layer in range(L) for part in "qkv"]), rows,
+                                    columns, titles[1], "head", "what is corrupted")
+    for col, fig, called, code in zip(beside(2), (outputs, read), ("patching head outputs", "patching q, k, v"), (
+            f"fig = figures.patching_heatmap(result.heads, {layers!r}, {columns!r}, {titles[0]!r}, 'head', 'layer')",
+            f"import numpy as np\nfig = figures.patching_heatmap(np.stack([result.inputs[part][layer] for layer in "
+            f"range({L}) for part in 'qkv']), {rows!r}, {columns!r}, {titles[1]!r}, 'head', 'what is corrupted')")):
+        with col:
+            figure(fig, called, code)
+    paths = p.k_paths.reshape(L * H, L * H)[: (L - 1) * H, H:]
+    title = "Path patching: an earlier head's output corrupted on its way into a later head's keys only"
+    figure(figures.patching_heatmap(paths, labels[: (L - 1) * H], labels[H:], title, "later head (its keys)",
+                                    "earlier head"), "path patching into keys",
+           f"fig = figures.patching_heatmap(result.k_paths.reshape({L * H}, {L * H})[:{(L - 1) * H}, {H}:], "
+           f"{labels[: (L - 1) * H]!r}, {labels[H:]!r}, {title!r}, 'later head (its keys)', 'earlier head')")
+    positions = list(range(2 * p.length + 1))
+    streams = [f"into layer {layer}" for layer in range(L)]
+    axis = f"position (0: <bos>; 1–{p.length}: the first copy)"
+    figure(figures.patching_heatmap(p.resid, streams, positions, "The residual stream, corrupted at one position",
+                                    axis, "residual stream"), "patching the residual stream",
+           f"fig = figures.patching_heatmap(result.resid, {streams!r}, {positions!r}, "
+           f"'The residual stream, corrupted at one position', {axis!r}, 'residual stream')")
+
+
 show([("Two layers: how heads compose", composition),
       ("Virtual heads", virtual_heads),
       ("Induction heads on a repeated sequence", heads),
-      ("The induction circuit, and the ablation that proves it", the_circuit)])
+      ("The induction circuit, and the ablation that proves it", the_circuit),
+      ("Activation patching: what carries the prediction", activation_patching)])
 
 with st.expander("Under the hood"):
     st.markdown("The composition score as Elhage et al. (2021) define it; the page uses a fast version of it.")

@@ -12,8 +12,8 @@ from plotly.colors import qualitative
 __all__ = ["plain", "head_colour", "wo_blocks", "head_norms_bar", "head_contributions_heatmap", "element_terms",
            "training_curves",
            "pattern_heatmap", "singular_values", "source_bars", "component_bars", "depth_heatmap", "overlap_heatmap",
-           "token_heatmap", "eigenvalues_plot", "composition_heatmap", "patterns_grid", "time_heatmap", "histogram",
-           "loss_curves", "copy_losses", "for_slides", "fit_width"]
+           "token_heatmap", "eigenvalues_plot", "composition_heatmap", "patching_heatmap", "patterns_grid",
+           "time_heatmap", "histogram", "loss_curves", "copy_losses", "for_slides", "fit_width"]
 
 FONT = {"size": 14}
 TITLE_FONT = 17     # px, a figure's title
@@ -332,6 +332,21 @@ def composition_heatmap(scores: np.ndarray, earlier: list[str], later: list[str]
     return _figure([cells], f"{mode}-composition (random baseline {baseline:.3f})", 200 + CELL_PX * rows,
                    {"xaxis": {"title": "later head (reads)"}, "yaxis": {"title": "earlier head (writes)", "autorange": "reversed"}},
                    width=260 + CELL_PX * columns)  # sized by its cells: a 1 × 1 matrix draws small
+
+
+def patching_heatmap(effects: np.ndarray, rows: list[str], columns: list[str], title: str, x_title: str,
+                     y_title: str) -> go.Figure:
+    """Activation patching's effects [row, column] ((clean − patched) / (clean − corrupted)): red where corrupting
+    that activation alone breaks the prediction (1: as much as the corrupted input), blue where it helps, white at 0;
+    NaN (a path that cannot exist) blank. Sized by its cells up to the place's width."""
+    limit = max(float(np.nanmax(np.abs(effects))) if np.isfinite(effects).any() else 0.0, 1.0)
+    cells = go.Heatmap(z=effects, x=columns, y=rows, colorscale="RdBu_r", zmid=0, zmin=-limit, zmax=limit,
+                       hoverongaps=False, colorbar=_colorbar("effect"),
+                       hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>effect %{{z:.2f}}<extra></extra>")
+    n_rows, n_columns = effects.shape
+    return _figure([cells], title, 200 + CELL_PX * n_rows,
+                   {"xaxis": {"title": x_title}, "yaxis": {"title": y_title, "autorange": "reversed"}},
+                   width=min(260 + CELL_PX * n_columns, 1200))
 
 
 def patterns_grid(patterns: np.ndarray, title: str) -> go.Figure:

@@ -2,6 +2,7 @@
 
 import dataclasses
 import html
+import json
 import re
 
 import pytest
@@ -9,7 +10,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from classroom import glossary
-from mechlib import circuits, induction, zoo
+from mechlib import circuits, induction, patching, zoo
 from mechlib.checks import Check
 from mechlib.config import ModelConfig
 from mechlib.device import costs
@@ -221,7 +222,7 @@ def test_every_other_widget_starts_on_its_fresh_sessions_value():
 def test_presentation_mode_shows_one_part_at_a_time_and_next_moves_on():
     at = page("two layers", present=True)
     assert not at.exception and [s.value for s in at.subheader] == ["Two layers: how heads compose"]
-    assert next_part(at) == [f"part 1 of 4 · slide {k} of 3" for k in (1, 2, 3)]  # Q-, K- and V-composition
+    assert next_part(at) == [f"part 1 of 5 · slide {k} of 3" for k in (1, 2, 3)]  # Q-, K- and V-composition
     assert not at.exception and [s.value for s in at.subheader] == ["Virtual heads"]
     assert any(e.label == "Notes" for e in at.expander)                            # the prose, folded
 
@@ -357,3 +358,33 @@ def test_the_previous_token_exercise_is_checked_against_the_live_scores():
     at = page("two layers", model="copying-2l", **{"c_model_attn-only-2l": "the sidebar's model"})
     assert reading(at) == "copying-2l"
     assert exercise_answer(at) == induction.two_layers(zoo.load("copying-2l"), 0).previous_token_heads == ["L0H0"]
+
+
+def test_activation_patching_finds_the_previous_token_heads_path_into_an_induction_heads_keys():
+    at = page("two layers")
+    p = patching.patching(zoo.load("attn-only-2l"), 0)
+    line = next(m.value for m in at.markdown if m.value.startswith("Logit difference: **"))
+    assert f"**{p.strongest[0]} → {p.strongest[1]}**, effect **{p.strongest[2]:.0%}** — :green[**✓ it carries" in line
+    assert ":green[**✓ a previous-token head" in line and ":green[**✓ an induction head" in line
+    assert line.endswith("what the ablation above found by removing it.")
+    assert patching_charts(at) == 4
+
+
+def patching_charts(at: AppTest) -> int:
+    """The patching section's heatmaps on the page (each title says what is corrupted)."""
+    return sum("corrupted" in json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart"))
+
+
+def test_the_patching_question_is_graded_by_its_rule_and_hides_its_evidence_until_revealed():
+    at = page("two layers", read=False)
+    assert patching_charts(at) == 0 and not any(m.value.startswith("Logit difference:") for m in at.markdown)
+    answer, _ = reveal(at, "patching")
+    carriers = patching.patching(zoo.load("attn-only-2l"), 0).carriers
+    assert answer == ", ".join(carriers) and carriers == ("L1H3",) and patching_charts(at) == 4
+    for head in ("L1H3", "L1H1"):
+        at.radio(key="predict patching").set_value(head).run()
+        mark = next(m.value for m in at.markdown if m.value.startswith("This run: **") and "keys" in m.value)
+        assert ("✓ as you predicted" in mark) == (head in carriers)
+    at.radio(key="c_model_attn-only-2l").set_value("the sidebar's model").run()     # gelu-2l: no prediction to break
+    assert reveal(at, "patching")[0] == "none of them"
+    assert any(m.value.startswith("**Nothing to break.** gelu-2l's logit difference") for m in at.markdown)

@@ -1,5 +1,8 @@
 """Shared test helpers."""
 
+import importlib
+
+import pytest
 import torch
 
 from mechlib.config import ModelConfig
@@ -31,3 +34,12 @@ def randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
             std = param.shape[-2] ** -0.5 if param.dim() > 1 else 0.3
             param.copy_(std * torch.randn(param.shape, generator=generator, dtype=param.dtype))
     return module
+
+
+def required(module: str):
+    """``module``, which requirements-test.txt installs: a test that needs it fails, never skips, where it is
+    missing, so a green run always includes it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        pytest.fail(f"this test needs {module}, which requirements-test.txt installs: {error}")

@@ -17,7 +17,7 @@ from mechlib import Transformer
 from mechlib.checks import compare
 from mechlib.hf import HFError, read_config
 from mechlib.interop import from_transformers, to_transformer_lens
-from tests.unit.helpers import randomize
+from tests.unit.helpers import randomize, required
 
 GPT2_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
 SHAPES = {  # GPT2Config fields: one layer; an MLP narrower than 4·d_model; exact GELU, three heads, untied unembedding
@@ -30,11 +30,7 @@ SHAPES = {  # GPT2Config fields: one layer; an MLP narrower than 4·d_model; exa
 
 @pytest.fixture(scope="module")
 def transformers():
-    try:
-        import transformers
-    except ImportError as error:
-        pytest.fail(f"these tests need Hugging Face's transformers, which requirements-test.txt installs: {error}")
-    return transformers
+    return required("transformers")
 
 
 @pytest.fixture(scope="module")

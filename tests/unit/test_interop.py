@@ -18,7 +18,7 @@ import torch
 from mechlib import LSTM, LSTMConfig, ModelConfig, Transformer, zoo
 from mechlib.checks import INTEROP_TOLERANCE, compare
 from mechlib.interop import from_transformer_lens, to_transformer_lens
-from tests.unit.helpers import randomize
+from tests.unit.helpers import randomize, required
 
 pytestmark = pytest.mark.filterwarnings("ignore:HookedTransformer is deprecated:DeprecationWarning")
 
@@ -48,11 +48,7 @@ TRANSFORMERS = [name for name, recipe in zoo.RECIPES.items() if isinstance(recip
 
 @pytest.fixture(scope="module")
 def tl():
-    try:
-        import transformer_lens
-    except ImportError as error:
-        pytest.fail(f"the interop tests need TransformerLens, which requirements-test.txt installs: {error}")
-    return transformer_lens
+    return required("transformer_lens")
 
 
 def tokens_for(d_vocab: int, n_ctx: int, seed: int = 1) -> torch.Tensor:

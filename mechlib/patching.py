@@ -46,9 +46,9 @@ def logit_difference(logits: Tensor, clean: Tensor, corrupted: Tensor, length: i
     """The metric of each block of ``clean``'s batch in ``logits`` [blocks·batch pos d_vocab]: at positions
     q = L+1 … 2L−1, logit(clean[q − L + 1]) − logit(corrupted[q − L + 1]), averaged over q and the batch. [blocks]"""
     batch = clean.shape[0]
-    queries = torch.arange(length + 1, 2 * length, device=logits.device)                 # [q]
+    queries = torch.arange(length + 1, 2 * length)                                      # [q]
     answers, others = (tokens[:, queries - length + 1].to(logits.device) for tokens in (clean, corrupted))  # [batch q]
-    logits = logits.reshape(-1, batch, *logits.shape[1:])[:, :, queries]                 # [blocks batch q d_vocab]
+    logits = logits.reshape(-1, batch, *logits.shape[1:])[:, :, queries.to(logits.device)]  # [blocks batch q d_vocab]
     picked = (logits.gather(-1, answers[None, :, :, None].expand(logits.shape[0], -1, -1, 1))
               - logits.gather(-1, others[None, :, :, None].expand(logits.shape[0], -1, -1, 1)))
     return picked.mean(dim=(1, 2, 3))
@@ -77,7 +77,7 @@ def _residual_effects(model, clean, corrupted, length, cache: Cache, baseline) -
     batch, n = clean.shape
     rows = []
     for layer in range(model.cfg.n_layers):
-        where = _one_per_block(n, batch, n, clean.device)[..., None]                     # [n·batch pos 1]
+        where = _one_per_block(n, batch, n, model.embed.W_E.device)[..., None]          # [n·batch pos 1]
         values = cache[f"blocks.{layer}.hook_resid_pre"].repeat(n, 1, 1)                  # [n·batch pos d_model]
         rows.append(_effects(model, clean, corrupted, length, f"blocks.{layer}.hook_resid_pre", where, values, n,
                              baseline))
@@ -89,7 +89,7 @@ def _head_effects(model, clean, corrupted, length, cache: Cache, hook: str, base
     batch, h = clean.shape[0], model.cfg.n_heads
     rows = []
     for layer in range(model.cfg.n_layers):
-        where = _one_per_block(h, batch, h, clean.device)[:, None, :, None]             # [h·batch 1 head 1]
+        where = _one_per_block(h, batch, h, model.embed.W_E.device)[:, None, :, None]   # [h·batch 1 head 1]
         values = cache[f"blocks.{layer}.attn.{hook}"].repeat(h, 1, 1, 1)                 # [h·batch pos head d_head]
         rows.append(_effects(model, clean, corrupted, length, f"blocks.{layer}.attn.{hook}", where, values, h,
                              baseline))
@@ -112,7 +112,8 @@ def _k_path_effects(model, clean, corrupted, length, clean_cache: Cache, corrupt
         qk_input = block.attention_inputs(resid, pos_embed)[0]
         keys = attention.qkv(qk_input, attn.W_K, attn.b_K)                                # [s batch pos head d_head]
         senders = keys.shape[0]
-        where = _one_per_block(H, batch, H, clean.device).repeat(senders, 1)[:, None, :, None]  # [s·h·batch 1 head 1]
+        where = _one_per_block(H, batch, H, model.embed.W_E.device).repeat(senders, 1)[:, None, :, None]
+        # where: [s·h·batch 1 head 1]
         values = keys.repeat_interleave(H, dim=0).flatten(0, 1)                          # [s·h·batch pos head d_head]
         effects = _effects(model, clean, corrupted, length, f"blocks.{receiver}.attn.hook_k", where, values,
                            senders * H, baseline)

@@ -26,7 +26,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from mechlib import analogy, circuits, copying, data, device, equivalence, induction, io, patterns, residual, train, zoo
+from mechlib import (analogy, circuits, copying, data, device, equivalence, induction, io, patching, patterns, residual,
+                     train, zoo)
 from mechlib.bounded import Bounded
 from mechlib.config import ModelConfig
 from mechlib.data import WordTokenizer, builtin_text
@@ -192,6 +193,7 @@ ON_A_MODEL = {
     "circuits.composition": (CFG, lambda m: circuits.composition(m)),
     "induction.two_layers": (CFG, lambda m: induction.two_layers(m, seed=2)),
     "induction.induction_circuit": (CFG, lambda m: induction.induction_circuit(m)),
+    "patching.patching": (CFG, lambda m: patching.patching(m, seed=2)),
 }
 
 

@@ -104,7 +104,7 @@ def test_path_patching_is_its_definition_written_out():
             qk_input = result_0 + clean_cache["hook_pos_embed"]                 # attn-only-2l: shortformer, no LN
             keys = torch.einsum("bpd,hde->bphe", qk_input, model.blocks[1].attn.W_K) + model.blocks[1].attn.b_K
             for receiver in range(model.cfg.n_heads):
-                where = torch.arange(model.cfg.n_heads)[None, None, :, None] == receiver
+                where = torch.arange(model.cfg.n_heads, device=keys.device)[None, None, :, None] == receiver
                 logits = model(clean, patch={"blocks.1.attn.hook_k": (where, keys)})
                 patched = float(patching.logit_difference(logits, clean, corrupted, length)[0])
                 expected = (clean_diff - patched) / (clean_diff - corrupted_diff)

@@ -41,7 +41,12 @@ class HFError(ValueError):
 def read_config(directory: str | Path) -> ModelConfig:
     """The mechlib config of the GPT-2 directory's ``config.json``, read alone: a caller states the model's size
     (``ModelConfig.estimate_mb``) before loading anything. Raises ``HFError``."""
-    path = Path(directory) / "config.json"
+    return gpt2_config(_fields(Path(directory)))
+
+
+def _fields(directory: Path) -> dict:
+    """The directory's ``config.json``, bounded in size and parsed."""
+    path = directory / "config.json"
     if not path.is_file():
         raise HFError(f"no config.json in {directory}: not a Hugging Face model directory")
     if path.stat().st_size > CONFIG_BYTES:
@@ -50,7 +55,7 @@ def read_config(directory: str | Path) -> ModelConfig:
         fields = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise HFError(f"{path} is not JSON ({type(error).__name__})") from None
-    return gpt2_config(fields)
+    return fields
 
 
 def gpt2_config(fields: dict) -> ModelConfig:
@@ -89,21 +94,21 @@ def from_transformers(source) -> Transformer:
         raise TypeError("from_transformers takes a transformers GPT-2 model or a directory, got "
                         f"{type(source).__name__}")
     fields = source.config.to_dict()
-    cfg = gpt2_config(fields)
+    cfg, tied = gpt2_config(fields), fields.get("tie_word_embeddings", True)
     tensors = {name: tensor.detach() for name, tensor in source.state_dict().items()}
-    return _build(cfg, tensors, tied=fields.get("tie_word_embeddings", True))
+    _check_header({name: (tensor.dtype, list(tensor.shape)) for name, tensor in tensors.items()}, cfg, tied)
+    return _build(cfg, tensors, tied)
 
 
 def _from_directory(directory: Path) -> Transformer:
-    cfg = read_config(directory)
+    fields = _fields(directory)
+    cfg, tied = gpt2_config(fields), fields.get("tie_word_embeddings", True)
     weights = directory / "model.safetensors"
     if not weights.is_file():
         pickled = [name for name in ("pytorch_model.bin", "tf_model.h5") if (directory / name).is_file()]
         raise HFError(f"no model.safetensors in {directory}" + (
             f" (only {pickled[0]}: a pickle, never opened here; save the model with safe_serialization)"
             if pickled else ""))
-    fields = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    tied = fields.get("tie_word_embeddings", True)
     from safetensors import safe_open
 
     try:
@@ -167,8 +172,8 @@ def _check_header(header: dict[str, tuple[torch.dtype | str, list[int]]], cfg: M
 
 
 def _build(cfg: ModelConfig, tensors: dict[str, Tensor], tied: bool) -> Transformer:
-    """The mechlib model of GPT-2's ``tensors``: checked, rearranged, loaded into a new model."""
-    _check_header({name: (tensor.dtype, list(tensor.shape)) for name, tensor in tensors.items()}, cfg, tied)
+    """The mechlib model of GPT-2's ``tensors`` (names, shapes and dtypes checked): finite, rearranged, loaded into
+    a new model."""
     named = {_gpt2_name(name): tensor for name, tensor in tensors.items()}
     dtype = named["wte.weight"].dtype if named["wte.weight"].dtype in (torch.float32, torch.float64) else torch.float32
     named = {name: tensor.to("cpu", dtype) for name, tensor in named.items()

@@ -49,6 +49,11 @@ class HFTokenizer:
     def decode(self, ids) -> str:
         return self.tokenizer.decode([int(i) for i in ids])
 
+    def to_json(self) -> str:
+        """Refused: a mechlib checkpoint stores mechlib's own word and character tokenizers, not Hugging Face's."""
+        raise TypeError("a Hugging Face tokenizer is not stored in a mechlib checkpoint: keep the model's directory "
+                        "(from_transformers reads it again), or set model.tokenizer = None before mechlib.io.save")
+
     def labels(self, ids) -> list[str]:
         """A short readable label per id (spaces and newlines made visible), as mechlib's own tokenizers give."""
         return [self.vocab[int(i)].replace(" ", "␣").replace("\n", "⏎") for i in ids]

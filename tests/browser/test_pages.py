@@ -103,7 +103,8 @@ def test_the_preset_forms_an_induction_head_live_and_opens_on_the_circuits_page(
     assert re.match(r"trained [a-z2-7]{16}: watch an induction head form", label), label
     save_whole_page(page, "train", height=1500, charts=2)
     page.get_by_text("Read its circuit on Circuits: two layers").click()
-    page.get_by_role("button", name="Reveal the answer").click()  # the ablation question hides the circuit
+    page.get_by_role("button", name="Reveal the answer").first.click()  # the ablation question (the page's first,
+    # before activation patching's) hides the circuit
     page.get_by_text(f"The circuit, as found in {label}").wait_for(timeout=60_000)
     assert no_exception(page)
 
@@ -111,11 +112,11 @@ def test_the_preset_forms_an_induction_head_live_and_opens_on_the_circuits_page(
     context = page.context.browser.new_context(viewport={"width": 1400, "height": 1000})
     student = context.new_page()
     student.goto(page.url)
-    student.get_by_role("button", name="Reveal the answer").click(timeout=120_000)  # each student reveals their own
+    student.get_by_role("button", name="Reveal the answer").first.click(timeout=120_000)  # each student reveals
     student.get_by_text(f"The circuit, as found in {label}").wait_for(timeout=120_000)
     assert student.locator('[data-testid="stSidebar"] input[aria-label="model"]').input_value() == label
     student.reload()  # and a reload does not lose it
-    student.get_by_role("button", name="Reveal the answer").click(timeout=120_000)
+    student.get_by_role("button", name="Reveal the answer").first.click(timeout=120_000)
     student.get_by_text(f"The circuit, as found in {label}").wait_for(timeout=120_000)
     assert no_exception(student)
     context.close()

@@ -137,6 +137,19 @@ def test_labels_show_each_tokens_own_text(transformers, tokenizer_file, tmp_path
     assert "␣" in "".join(tokenizer.labels(ids)) and "⏎" in "".join(tokenizer.labels(ids))
 
 
+def test_a_model_with_its_hugging_face_tokenizer_is_not_saved_as_a_mechlib_checkpoint(transformers, tokenizer_file,
+                                                                                        tmp_path):
+    from mechlib import io
+
+    gpt2(transformers, SHAPES["1 layer"]).save_pretrained(tmp_path)
+    (tmp_path / "tokenizer.json").write_bytes(tokenizer_file.read_bytes())
+    model = from_transformers(tmp_path)
+    with pytest.raises(TypeError, match="a Hugging Face tokenizer is not stored in a mechlib checkpoint"):
+        io.to_bytes(model)
+    model.tokenizer = None
+    assert torch.equal(io.load(io.to_bytes(model)).embed.W_E, model.embed.W_E)
+
+
 # ---------------------------------------------------------------------------------------------
 # Refusals: each with its reason, before anything is built
 

@@ -46,13 +46,16 @@ def corpus_bigrams(model: Transformer) -> tuple[Tensor, Tensor]:
 
 def frequent_tokens(model: Transformer, n: int, words_only: bool = False) -> list[int]:
     """The n most frequent ids of the built-in text, never <bos> or <unk>, only words (``data.word_ids``) where
-    ``words_only``; ids 2, 3, … without a tokenizer, which has no words."""
-    if model.tokenizer is None:
+    ``words_only``; ids 2, 3, … without a tokenizer, which has no words. Counted token by token: no bigram table
+    [d_vocab d_vocab] (GPT-2's would be 20 GB)."""
+    tokenizer = model.tokenizer
+    if tokenizer is None:
         if words_only:
             raise ValueError("this model has no tokenizer, so its ids are not words: choose words_only=False")
         return list(range(2, min(model.cfg.d_vocab, n + 2)))
-    p_current, _ = corpus_bigrams(model)
-    ranked = [i for i in p_current.argsort(descending=True).tolist() if i >= 2]
+    counts = torch.bincount(torch.tensor(tokenizer.encode(builtin_text())), minlength=model.cfg.d_vocab)  # [d_vocab]
+    ranked = [i for i in counts.argsort(descending=True, stable=True).tolist()
+              if i not in (tokenizer.bos_id, tokenizer.unk_id)]
     return (word_ids(model.tokenizer, ranked) if words_only else ranked)[:n]
 
 
@@ -488,7 +491,8 @@ class TokenTables:
     trigrams: list[tuple[str, str, str, float, float]]  # (source, destination, output, QK score, OV logit)
 
 
-@torch.inference_mode()
+@costs(lambda model, *_: 4 * (RANK_ELEMENTS + 3 * TRIGRAM_DESTINATIONS * TRIGRAM_VOCABULARY) / 1e6)  # the OV rows
+@torch.inference_mode()                                  # formed at once, and the skip-trigram search's score tables
 def token_tables(model: Transformer, layer: int, head: int, words_only: bool) -> TokenTables:
     """The token × token tables a page shows of one head, on tokens chosen by the head's own numbers.
 

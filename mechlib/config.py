@@ -127,14 +127,20 @@ class ModelConfig(JsonConfig):
         return self.d_vocab * d + self.n_ctx * d + self.n_layers * per_layer + final_ln + d * self.d_vocab + self.d_vocab
 
     def estimate_mb(self, batch: int, bytes_per_number: int = 4) -> float:
-        """Weights plus the activations ``run_with_cache`` keeps for ``batch`` full-length sequences, in MB."""
-        b, p, d, h, dh = batch, self.n_ctx, self.d_model, self.n_heads, self.d_head
+        """Weights, causal masks, and the activations ``run_with_cache`` keeps for ``batch`` full-length sequences,
+        in MB: what building the model and running it on full contexts holds."""
+        masks = self.n_layers * self.n_ctx**2     # the causal-mask buffers (one byte each)
+        return (self.n_params() * bytes_per_number + masks) / 1e6 + self.activations_mb(batch, self.n_ctx,
+                                                                                          bytes_per_number)
+
+    def activations_mb(self, batch: int, positions: int, bytes_per_number: int = 4) -> float:
+        """The activations ``run_with_cache`` keeps for ``batch`` sequences of ``positions`` tokens, in MB: what an
+        experiment adds to a model already built (its weights are held once, by whoever built it)."""
+        b, p, d, h, dh = batch, positions, self.d_model, self.n_heads, self.d_head
         per_layer = 4 * b * p * d                 # resid_pre, attn_out, resid_mid/post, normalized input
         per_layer += 4 * b * p * h * dh           # q, k, v, z
         per_layer += 2 * b * h * p * p            # attn_scores, pattern
         per_layer += b * p * h * d                # per-head results
         if not self.attn_only:
             per_layer += 2 * b * p * self.d_mlp + b * p * d
-        activations = 2 * b * p * d + self.n_layers * per_layer + b * p * self.d_vocab
-        masks = self.n_layers * p * p             # the causal-mask buffers (one byte each)
-        return ((self.n_params() + activations) * bytes_per_number + masks) / 1e6
+        return (2 * b * p * d + self.n_layers * per_layer + b * p * self.d_vocab) * bytes_per_number / 1e6

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json", "token_labels", "word_ids", "Prompt", "prompt_ids", "random_ids",
+__all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json", "bos_id", "token_labels", "word_ids", "Prompt", "prompt_ids", "random_ids",
            "builtin_text", "bigram_distribution", "validate_upload", "SOURCES", "training_lengths", "training_data", "MAX_UPLOAD_BYTES", "TextData", "RandomTokens", "WithRepeats", "Mix",
            "Copies", "CopyingTask", "Data"]
 
@@ -48,6 +48,7 @@ class Tokenizer:
     """Ids ↔ strings. Id 0 is ``<bos>``, id 1 is ``<unk>``; ``labels`` are readable names for plots."""
 
     kind: str
+    bos_id, unk_id = 0, 1
 
     def __init__(self, vocab: list[str]):
         if vocab[:2] != [BOS, UNK] or len(set(vocab)) != len(vocab):
@@ -121,6 +122,11 @@ def tokenizer_from_json(text: str) -> Tokenizer:
     return kinds[fields["kind"]](fields["vocab"])
 
 
+def bos_id(tokenizer: Tokenizer | None) -> int:
+    """The id a sequence starts with: the tokenizer's <bos> (GPT-2's <|endoftext|>), or 0 without one."""
+    return tokenizer.bos_id if tokenizer else 0
+
+
 def token_labels(tokenizer: Tokenizer | None, ids) -> list[str]:
     """A readable label per id: the tokenizer's, or the id itself for a model without one."""
     return tokenizer.labels(ids) if tokenizer else [str(int(i)) for i in ids]
@@ -142,10 +148,10 @@ class Prompt:
 
 
 def prompt_ids(tokenizer: Tokenizer, text: str, n_ctx: int) -> Prompt:
-    """<bos> and the encoded text, the first n_ctx ids of it."""
+    """The tokenizer's <bos> and the encoded text, the first n_ctx ids of it."""
     encoded = tokenizer.encode(text)
-    ids = (0, *encoded)
-    return Prompt(ids[:n_ctx], len(ids), encoded.count(1) / len(encoded) if encoded else 0.0)
+    ids = (tokenizer.bos_id, *encoded)
+    return Prompt(ids[:n_ctx], len(ids), encoded.count(tokenizer.unk_id) / len(encoded) if encoded else 0.0)
 
 
 def covered_prompts(tokenizer: Tokenizer, count: int = 5, words: tuple[int, int] = (8, 20)) -> list[str]:
@@ -156,24 +162,26 @@ def covered_prompts(tokenizer: Tokenizer, count: int = 5, words: tuple[int, int]
     for sentence in re.split(r"(?<=\.)\s+", builtin_text("heldout")):
         sentence = " ".join(sentence.split())
         encoded = tokenizer.encode(sentence)
-        if sentence[:1].isalpha() and words[0] <= len(encoded) <= words[1] and 1 not in encoded and sentence not in found:
+        if (sentence[:1].isalpha() and words[0] <= len(encoded) <= words[1] and tokenizer.unk_id not in encoded
+                and sentence not in found):
             found.append(sentence)
             if len(found) == count:
                 break
     return found
 
 
-def random_ids(d_vocab: int, length: int, seed: int) -> tuple[int, ...]:
-    """<bos>, then ``length`` − 1 random ids from the seed (≥ 2: never <bos> or <unk> where there is room)."""
+def random_ids(d_vocab: int, length: int, seed: int, bos: int = 0) -> tuple[int, ...]:
+    """``bos`` (the tokenizer's <bos>: mechlib's 0, GPT-2's 50256), then ``length`` − 1 random ids from the seed
+    (≥ 2: never mechlib's <bos> or <unk> where there is room)."""
     g = torch.Generator().manual_seed(seed)
-    return (0, *torch.randint(min(2, d_vocab - 1), d_vocab, (length - 1,), generator=g).tolist())
+    return (bos, *torch.randint(min(2, d_vocab - 1), d_vocab, (length - 1,), generator=g).tolist())
 
 
-def repeated_random_ids(d_vocab: int, length: int, seed: int) -> tuple[int, ...]:
-    """<bos>, a random segment of ``length`` ids from the seed (as ``random_ids``), then the segment again: on the
-    repeat, an induction head attends to the token after the current token's earlier occurrence."""
+def repeated_random_ids(d_vocab: int, length: int, seed: int, bos: int = 0) -> tuple[int, ...]:
+    """``bos``, a random segment of ``length`` ids from the seed (as ``random_ids``), then the segment again: on
+    the repeat, an induction head attends to the token after the current token's earlier occurrence."""
     segment = random_ids(d_vocab, length + 1, seed)[1:]
-    return (0, *segment, *segment)
+    return (bos, *segment, *segment)
 
 
 def _utf16_without_mark(data: bytes) -> bool:

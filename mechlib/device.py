@@ -52,10 +52,11 @@ def costs(estimate_mb: Callable[..., float], what: str | None = None) -> Callabl
 
 
 def experiment_mb(experiment: Callable, *args) -> float:
-    """What ``experiment(*args)`` will hold: its declared cost (``costs``), else one sequence's forward of the model
-    it is given first."""
+    """What ``experiment(*args)`` will hold beside the model's weights (held once, by whoever built the model): its
+    declared cost (``costs``), else the activations of one forward of the model it is given first, on the ids it is
+    given next."""
     declared = getattr(experiment, "estimate_mb", None)
-    return declared(*args) if declared else args[0].cfg.estimate_mb(batch=1)
+    return declared(*args) if declared else args[0].cfg.activations_mb(1, len(args[1]))
 
 
 def device_label() -> str:

@@ -23,6 +23,8 @@ SLIDE_HEIGHT_PX = 385  # px of a slide's figure: what a 1280 × 720 slide has un
 SLIDE_FRAME_PX = 130   # px of that height a chart's title and x-axis take: the rows' labels share the rest
 CHAR_EM = 0.62      # a character's mean width in em, in the widest font plotly falls back to (DejaVu Sans for verdana)
 CELL_PX = 56        # px per cell of a heatmap sized by its cells (composition scores): a 1 × 1 matrix draws small
+CELLS_PX = 840      # px the cells of such a heatmap take at most: GPT-2 small's 132 × 132 pairs get 6 px each
+HEAD_TICKS = 24     # heads labelled one by one on an axis at most; past it, each layer's first head only
 
 
 def head_colour(head: int) -> str:
@@ -328,10 +330,19 @@ def composition_heatmap(scores: np.ndarray, earlier: list[str], later: list[str]
                        zmax=baseline + limit, hoverongaps=False, colorbar=_colorbar("score"),
                        hovertemplate="earlier %{y} → later %{x}<br>score %{z:.3f}<br>"
                                      f"random ≈ {baseline:.3f}<extra></extra>")
-    rows, columns = scores.shape
-    return _figure([cells], f"{mode}-composition (random baseline {baseline:.3f})", 200 + CELL_PX * rows,
-                   {"xaxis": {"title": "later head (reads)"}, "yaxis": {"title": "earlier head (writes)", "autorange": "reversed"}},
-                   width=260 + CELL_PX * columns)  # sized by its cells: a 1 × 1 matrix draws small
+    cell = min(CELL_PX, CELLS_PX / max(scores.shape))  # sized by its cells: a 1 × 1 matrix draws small
+    return _figure([cells], f"{mode}-composition (random baseline {baseline:.3f})", round(200 + cell * len(earlier)),
+                   {"xaxis": {"title": "later head (reads)", **_head_ticks(later)},
+                    "yaxis": {"title": "earlier head (writes)", "autorange": "reversed", **_head_ticks(earlier)}},
+                   width=round(260 + cell * len(later)))
+
+
+def _head_ticks(heads: list[str]) -> dict:
+    """Every head's label on an axis of a few heads; of many (GPT-2 small's 144), each layer's first only."""
+    if len(heads) <= HEAD_TICKS:
+        return {}
+    firsts = [head for head in heads if head.endswith("H0")]
+    return {"tickmode": "array", "tickvals": firsts, "ticktext": firsts}
 
 
 def patching_heatmap(effects: np.ndarray, rows: list[str], columns: list[str], title: str, x_title: str,

@@ -123,7 +123,7 @@ def _from_directory(directory: Path) -> Transformer:
         raise HFError(f"{weights} cannot be read as safetensors ({type(error).__name__}: {str(error)[:120]})") from None
     model = _build(cfg, tensors, tied)
     if (directory / "tokenizer.json").is_file():
-        model.tokenizer = HFTokenizer.from_file(directory / "tokenizer.json", cfg.d_vocab)
+        model.tokenizer = HFTokenizer.from_file(directory / "tokenizer.json", cfg.d_vocab, fields.get("bos_token_id"))
     return model
 
 

@@ -6,23 +6,28 @@ from pathlib import Path
 __all__ = ["HFTokenizer"]
 
 MAX_BYTES = 50 * 10**6  # GPT-2's tokenizer.json is 1.4 MB
+END_OF_TEXT = "<|endoftext|>"
 
 
 class HFTokenizer:
     """``vocab[i]`` is id i's own text (" the", "\\n"); ids the tokenizer lacks (a vocabulary padded to a round
-    size) read ``<id i>``."""
+    size) read ``<id i>``. A sequence starts with ``bos_id``: the config's ``bos_token_id`` (GPT-2's
+    <|endoftext|>, 50256), else the tokenizer's <|endoftext|>, else 0. Byte-level BPE has no unknown token."""
 
     kind = "hf"
+    unk_id = None
 
-    def __init__(self, tokenizer, d_vocab: int):
+    def __init__(self, tokenizer, d_vocab: int, bos_id: int | None = None):
         size = tokenizer.get_vocab_size()
         if size > d_vocab:
             raise ValueError(f"the tokenizer has {size:,} tokens but the model's d_vocab is {d_vocab:,}")
         self.tokenizer = tokenizer
         self.vocab = tokenizer.decode_batch([[i] for i in range(size)]) + [f"<id {i}>" for i in range(size, d_vocab)]
+        named = tokenizer.token_to_id(END_OF_TEXT)
+        self.bos_id = next(i for i in (bos_id, named, 0) if isinstance(i, int) and 0 <= i < d_vocab)
 
     @classmethod
-    def from_file(cls, path: str | Path, d_vocab: int) -> "HFTokenizer":
+    def from_file(cls, path: str | Path, d_vocab: int, bos_id: int | None = None) -> "HFTokenizer":
         path = Path(path)
         if path.stat().st_size > MAX_BYTES:
             raise ValueError(f"{path} is {path.stat().st_size / 10**6:,.0f} MB; a tokenizer.json is a few MB")
@@ -32,7 +37,7 @@ class HFTokenizer:
             raise ImportError("a model directory's tokenizer.json is read by Hugging Face's tokenizers: "
                               "pip install tokenizers") from error
         try:
-            return cls(Tokenizer.from_file(str(path)), d_vocab)
+            return cls(Tokenizer.from_file(str(path)), d_vocab, bos_id)
         except Exception as error:  # tokenizers reports a malformed file with its own exception type
             raise ValueError(f"{path} cannot be read by tokenizers ({str(error)[:120]})") from None
 

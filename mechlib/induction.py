@@ -26,6 +26,7 @@ __all__ = ["EVAL_LENGTH", "eval_length", "MIN_LENGTH", "SIZES_NEEDED", "scorable
 
 EVAL_LENGTH = 20  # scored at this segment length; training sequences avoid it
 SCORE_BATCH = 32  # repeated random sequences a head's scores are measured on
+SCORE_CHUNK_MB = 256  # activations one forward of ``head_scores`` holds at most; a larger batch runs in chunks
 ICL_BATCH, ICL_SEED = 16, 7  # repeated sequences the in-context-learning score of a checkpoint is measured on
 
 
@@ -111,6 +112,12 @@ def mean_ablation(model: Transformer, tokens: Tensor, heads: list[tuple[int, int
     return {(layer, head): cache[f"blocks.{layer}.attn.hook_z"][:, :, head].mean((0, 1)) for layer, head in heads}
 
 
+def score_chunk(cfg: ModelConfig) -> int:
+    """Repeated sequences ``head_scores`` runs at once: all of a small model's batch, or as many as SCORE_CHUNK_MB
+    of activations hold (one at least; GPT-2 small's 32 would hold 1.7 GB)."""
+    return max(1, int(SCORE_CHUNK_MB // cfg.activations_mb(1, 1 + 2 * eval_length(cfg.n_ctx))))
+
+
 @torch.inference_mode()
 def head_scores(model: Transformer, batch: int = SCORE_BATCH, seed: int = 1234,
                 ablate: dict[tuple[int, int], Tensor] | None = None) -> dict[str, Tensor]:
@@ -118,8 +125,9 @@ def head_scores(model: Transformer, batch: int = SCORE_BATCH, seed: int = 1234,
     random sequences; ``ablate`` (see ``Transformer.forward``) measures them with some heads knocked out."""
     length = eval_length(model.cfg.n_ctx)
     tokens = repeated_sequences(model.cfg.d_vocab, length, batch, seed)
-    _, cache = model.run_with_cache(tokens, ablate)
-    patterns = stacked_patterns(cache, model.cfg.n_layers)
+    patterns = torch.cat([stacked_patterns(model.run_with_cache(chunk, ablate, stop_at_layer=model.cfg.n_layers)[1],
+                                           model.cfg.n_layers)
+                          for chunk in tokens.split(score_chunk(model.cfg))], dim=1)  # [layer batch head q k]
     return {"prev_token": previous_token_scores(patterns), "duplicate_token": duplicate_token_scores(patterns, tokens, length),
             "induction": induction_scores(patterns, tokens, length)}
 
@@ -245,6 +253,7 @@ def _circuit(model: Transformer, scores: dict[str, Tensor]) -> InductionCircuit:
 
 
 @torch.inference_mode()
+@costs(lambda model: scoring_mb(model.cfg))
 def induction_circuit(model: Transformer) -> InductionCircuit:
     """Find the induction circuit in ``model`` and test each of its parts."""
     _require_scorable(model.cfg)
@@ -278,7 +287,15 @@ class TwoLayers:
         return [head for head, score in zip(self.heads, self.scores["prev_token"].flatten()) if score >= PREV_TOKEN_MIN]
 
 
-@costs(lambda model, seed: max(model.cfg.estimate_mb(SCORE_BATCH), circuits.composition_mb(model)))
+def scoring_mb(cfg: ModelConfig, batch: int = SCORE_BATCH) -> float:
+    """What scoring ``batch`` repeated sequences holds beside the weights, in MB: one chunk's forward
+    (``score_chunk``) and every sequence's patterns [layer batch head q k]."""
+    positions = 1 + 2 * eval_length(cfg.n_ctx)
+    return (cfg.activations_mb(min(batch, score_chunk(cfg)), positions)
+            + 4 * cfg.n_layers * batch * cfg.n_heads * positions**2 / 1e6)
+
+
+@costs(lambda model, seed: max(scoring_mb(model.cfg), circuits.composition_mb(model)))
 @torch.inference_mode()
 def two_layers(model: Transformer, seed: int) -> TwoLayers:
     """Every head's pattern on a repeated sequence from ``seed``, its scores, composition, and the induction circuit."""

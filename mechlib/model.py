@@ -263,8 +263,10 @@ class Transformer(Shareable):
         return patch
 
     def forward(self, tokens: Tensor, cache: Cache | None = None, ablate: Ablation | None = None,
-                patch: Patch | None = None) -> Tensor:
+                patch: Patch | None = None, stop_at_layer: int | None = None) -> Tensor:
         """tokens [batch pos] (or [pos]) -> logits [batch pos d_vocab]; fills ``cache`` when given one.
+        ``stop_at_layer`` (TransformerLens's word) runs only the blocks before it and returns the residual stream
+        there [batch pos d_model], with no unembedding: what a computation that reads only activations needs.
 
         ``ablate`` maps (layer, head) to the z [d_head] that replaces the head's output at every position
         (zeros for zero-ablation, the head's mean z for mean-ablation). ``patch`` maps hook names to (where,
@@ -280,20 +282,24 @@ class Transformer(Shareable):
         embed = rec("hook_embed", F.embedding(tokens, self.embed.W_E))                      # [batch pos d_model]
         pos_embed = rec("hook_pos_embed", self.pos_embed.W_pos[: tokens.shape[1]].expand_as(embed))  # [batch pos d_model]
         resid = embed if self.cfg.positional == "shortformer" else embed + pos_embed
-        for layer, block in enumerate(self.blocks):
+        for layer, block in enumerate(self.blocks[:stop_at_layer]):
             resid = block(resid, pos_embed, rec.scope(f"blocks.{layer}"))
-        if self.cfg.normalization == "LN":
+        if self.cfg.normalization == "LN" and stop_at_layer is None:
             resid = self.ln_final(resid, rec.scope("ln_final"))
-        if not rec.active:  # one fused matmul-and-add
+        if not rec.active and stop_at_layer is None:  # one fused matmul-and-add
             return F.linear(resid, self.unembed.W_U.T, self.unembed.b_U)                    # [batch pos d_vocab]
         if unknown := rec.patch.keys() - rec.patched:
-            raise ValueError(f"patch names {', '.join(sorted(unknown)[:5])}, which this model has no activation for")
+            raise ValueError(f"patch names {', '.join(sorted(unknown)[:5])}, which this model has no activation for"
+                             + (f" before layer {stop_at_layer}, where it stops" if stop_at_layer is not None else ""))
+        if stop_at_layer is not None:
+            return resid                                                                    # [batch pos d_model]
         return resid @ self.unembed.W_U + self.unembed.b_U      # [batch pos d_vocab]
 
     @torch.inference_mode()
-    def run_with_cache(self, tokens: Tensor, ablate: Ablation | None = None,
-                       patch: Patch | None = None) -> tuple[Tensor, Cache]:
-        """(logits, cache): cache maps TransformerLens hook names to activations."""
+    def run_with_cache(self, tokens: Tensor, ablate: Ablation | None = None, patch: Patch | None = None,
+                       stop_at_layer: int | None = None) -> tuple[Tensor, Cache]:
+        """(logits, or the residual stream at ``stop_at_layer``; cache): cache maps TransformerLens hook names to
+        activations."""
         cache: Cache = {}
-        logits = self(tokens, cache, ablate, patch)
-        return logits, cache
+        out = self(tokens, cache, ablate, patch, stop_at_layer)
+        return out, cache

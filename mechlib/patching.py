@@ -150,11 +150,11 @@ class Patching:
 
 
 def patching_mb(model: Transformer, seed: int = 0) -> float:
-    """Estimated memory of ``patching`` in MB: the two cached runs, and its largest batch of patches (a forward of
-    blocks × BATCH sequences, the values patched in among its activations)."""
-    cfg = model.cfg
-    blocks = max(1 + 2 * eval_length(cfg.n_ctx), cfg.n_heads, (cfg.n_layers - 1) * cfg.n_heads**2)
-    return 2 * cfg.estimate_mb(batch=BATCH) + cfg.estimate_mb(batch=blocks * BATCH)
+    """Estimated memory of ``patching`` beside the weights, in MB: the two cached runs, and its largest batch of
+    patches (a forward of blocks × BATCH sequences, the values patched in among its activations)."""
+    cfg, positions = model.cfg, 1 + 2 * eval_length(model.cfg.n_ctx)
+    blocks = max(positions, cfg.n_heads, (cfg.n_layers - 1) * cfg.n_heads**2)
+    return 2 * cfg.activations_mb(BATCH, positions) + cfg.activations_mb(blocks * BATCH, positions)
 
 
 @costs(patching_mb, "activation patching on repeated sequences")

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from mechlib import attention
 from mechlib.checks import EFFECTIVE_SHARE, RANK_ZERO, Check, compare, model_tolerance, tolerance_for
-from mechlib.device import median_ms, to_numpy
+from mechlib.device import costs, median_ms, to_numpy
 from mechlib.model import Cache, Transformer
 from mechlib.residual import cache_of
 
@@ -83,6 +83,7 @@ class Ranks:
     vacuous: bool                     # d_head ≥ d_model: no singular value lies past d_head, rank ≤ d_head says nothing
 
 
+@costs(lambda model, *_: 3 * 2 * model.cfg.d_model**2 * 8 / 1e6)  # W_QK, W_OV in float64, and the SVD's work
 @torch.inference_mode()
 def ranks(model: Transformer, layer: int, head: int) -> Ranks:
     """Singular values of W_QK and W_OV (d_model each, in float64). Rank ≤ d_head is linear algebra, not a finding:

@@ -32,6 +32,7 @@ __all__ = ["cache_of", "Ledger", "components", "ledger_mb", "ledger", "final_res
 
 LENS_TOP = 3     # tokens shown per layer boundary in the logit lens
 CANDIDATES = 10  # the model's likeliest next tokens offered for direct logit attribution
+OVERLAP_ROWS = 64  # rows of every head's projector formed at once by ``subspace_overlap``
 TERM_KINDS = ("the token embedding", "the positional embedding", "a head", "an MLP", "a bias")
 _HEAD = re.compile(r"L\d+H\d+")
 
@@ -75,9 +76,9 @@ def components(model: Transformer) -> int:
 
 
 def ledger_mb(model: Transformer, ids: tuple[int, ...], *_) -> float:
-    """What an experiment on the ledger of ``ids`` holds, in MB: one forward with its cache, and every component's
-    write [component pos d_model] in float32."""
-    return model.cfg.estimate_mb(batch=1) + 4 * components(model) * len(ids) * model.cfg.d_model / 1e6
+    """What an experiment on the ledger of ``ids`` holds beside the weights, in MB: one forward's cache, and every
+    component's write [component pos d_model] in float32."""
+    return model.cfg.activations_mb(1, len(ids)) + 4 * components(model) * len(ids) * model.cfg.d_model / 1e6
 
 
 def ledger(model: Transformer, cache: Cache) -> Ledger:
@@ -159,8 +160,19 @@ def subspace_overlap(model: Transformer) -> tuple[list[str], Tensor]:
             bases.append(basis)
             labels.append(f"L{layer}H{head}")
     stacked = torch.stack(bases)                                               # [head d_model k]
-    products = torch.einsum("amk,bmn->abkn", stacked, stacked)                 # [head head k k]
-    return labels, products.pow(2).sum((-1, -2)) / stacked.shape[-1]
+    overlap = stacked.new_zeros(len(bases), len(bases))                        # [head head]
+    for start in range(0, stacked.shape[1], OVERLAP_ROWS):  # ‖Q₁ᵀQ₂‖²_F = tr(P₁P₂), P = QQᵀ: a block of rows at once
+        rows = (stacked[:, start:start + OVERLAP_ROWS] @ stacked.transpose(1, 2)).flatten(1)  # [head rows·d_model]
+        overlap += rows @ rows.T
+    return labels, overlap / stacked.shape[-1]
+
+
+def subspaces_mb(model: Transformer) -> float:
+    """What ``subspaces`` holds, in MB: every head's basis [head d_model k] and a block of their projectors' rows
+    [head OVERLAP_ROWS d_model], in float64."""
+    cfg, heads = model.cfg, model.cfg.n_layers * model.cfg.n_heads
+    return 8 * (heads * cfg.d_model * min(cfg.d_head, cfg.d_model) + 2 * heads * OVERLAP_ROWS * cfg.d_model
+                + heads**2) / 1e6
 
 
 def random_overlap(d_model: int, k: int) -> float:
@@ -358,6 +370,7 @@ class Subspaces:
     versus_random: Literal["below", "about", "above", "vacuous", ""]
 
 
+@costs(subspaces_mb)
 @torch.inference_mode()
 def subspaces(model: Transformer) -> Subspaces:
     """Do the heads write into separate subspaces of the stream? Their overlaps against random subspaces."""

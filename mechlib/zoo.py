@@ -15,18 +15,18 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from mechlib import data, io
+from mechlib import data, hf, io
 from mechlib.config import ModelConfig
 from mechlib.bounded import Bounded
 from mechlib.device import DEVICE
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
-__all__ = ["Model", "random_model", "from_checkpoint", "LIMITS", "cache_mb", "model_mb", "Recipe", "RECIPES", "names", "load",
+__all__ = ["Model", "random_model", "from_checkpoint", "from_folder", "LIMITS", "cache_mb", "model_mb", "Recipe", "RECIPES", "names", "load",
            "snapshot_steps", "load_snapshot", "history"]
 
 # Models of each kind kept at once; the least recently used goes first. Their sizes are bounded too: ``cache_mb``.
-LIMITS = {"random": 8, "upload": 16, "zoo": 8, "snapshot": 24}
+LIMITS = {"random": 8, "upload": 16, "zoo": 8, "snapshot": 24, "folder": 4}
 
 
 def cache_mb() -> float:
@@ -63,6 +63,19 @@ def from_checkpoint(data: bytes) -> tuple[str, Model]:
     """(sha256 digest, the shared read-only model) of an uploaded checkpoint; raises ``io.CheckpointError``."""
     digest = hashlib.sha256(data).hexdigest()
     return digest, _cached(("upload", digest, str(DEVICE)), lambda: io.load(data))
+
+
+def from_folder(path: Path, admit: Callable[[], AbstractContextManager] = nullcontext) -> Model:
+    """The shared read-only model at ``path``: a Hugging Face GPT-2 directory (``hf.from_transformers``) or a
+    mechlib checkpoint file (``io.load``), both checked before anything is built. Cached under the path and its
+    weights' size and modification time, so a file replaced on disk is read again; ``admit()`` as in
+    ``random_model``."""
+    weights = (path / "model.safetensors" if path.is_dir() else path).stat()
+
+    def build() -> Model:
+        with admit():
+            return hf.from_transformers(path) if path.is_dir() else io.load(path)
+    return _cached(("folder", str(path.resolve()), weights.st_size, weights.st_mtime_ns, str(DEVICE)), build)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Shared test helpers."""
 
 import importlib
+import pydoc_data.topics
+from pathlib import Path
 
 import pytest
 import torch
@@ -43,3 +45,28 @@ def required(module: str):
         return importlib.import_module(module)
     except ImportError as error:
         pytest.fail(f"this test needs {module}, which requirements-test.txt installs: {error}")
+
+
+def documentation() -> list[str]:
+    """Python's documentation, topic by topic: the text the tests' tokenizers are trained on."""
+    return [text for _, text in sorted(pydoc_data.topics.topics.items())]
+
+
+def bpe_tokenizer(path: Path, size: int = 300, special: tuple[str, ...] = ()) -> Path:
+    """A byte-level BPE tokenizer of ``size`` tokens (GPT-2's kind; ``special`` tokens first, as GPT-2's
+    <|endoftext|>) trained with ``tokenizers`` on Python's documentation, saved at ``path``."""
+    tokenizers = required("tokenizers")
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=size, special_tokens=list(special),
+                                             initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(documentation()[:300], trainer)
+    tokenizer.save(str(path))
+    return path
+
+
+def gpt2(transformers, fields: dict, dtype=torch.float32, seed: int = 0):
+    """A ``transformers`` GPT-2 of the GPT2Config ``fields``, every weight drawn afresh (``randomize``), no dropout."""
+    config = transformers.GPT2Config(**fields, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return randomize(transformers.GPT2LMHeadModel(config), seed).to(dtype).eval()

@@ -2,7 +2,10 @@
 declare the memory they hold, from the arguments the pages call them with: a server states it and holds it under
 its budget before running them."""
 
-from mechlib import analogy, circuits, copying, equivalence, induction, loss, zoo
+import pytest
+
+from mechlib import analogy, circuits, copying, equivalence, induction, loss, patterns, residual, zoo
+from mechlib.config import ModelConfig
 from mechlib.device import experiment_mb
 
 
@@ -42,5 +45,23 @@ def test_composition_declares_its_pair_tables_and_the_equivalence_run_its_checks
 
 def test_the_two_layer_part_declares_the_larger_of_its_scoring_batch_and_its_composition_tables():
     model = zoo.load("attn-only-2l")
-    assert experiment_mb(induction.two_layers, model, 0) == max(model.cfg.estimate_mb(induction.SCORE_BATCH),
+    assert experiment_mb(induction.two_layers, model, 0) == max(induction.scoring_mb(model.cfg),
                                                                 circuits.composition_mb(model))
+    positions = 1 + 2 * induction.eval_length(model.cfg.n_ctx)  # the whole batch at once: a small model's fits
+    assert induction.score_chunk(model.cfg) >= induction.SCORE_BATCH
+    assert induction.scoring_mb(model.cfg) == model.cfg.activations_mb(induction.SCORE_BATCH, positions) + 4 * (
+        model.cfg.n_layers * induction.SCORE_BATCH * model.cfg.n_heads * positions**2) / 1e6
+
+
+def test_an_experiment_on_a_models_input_declares_its_activations_not_the_weights_already_held():
+    """GPT-2 small's shape: its 163 million parameters (652 MB) are held once, by the model cache; a page's
+    experiment on 13 tokens adds what one forward of those 13 keeps, and scoring runs in chunks."""
+    cfg = ModelConfig(n_layers=12, d_model=768, n_heads=12, d_vocab=50_257, n_ctx=1024, d_mlp=3072,
+                      normalization="LN", act_fn="gelu_new")
+    assert cfg.estimate_mb(batch=2) == pytest.approx((cfg.n_params() * 4 + 12 * 1024**2) / 1e6
+                                                     + cfg.activations_mb(2, 1024))
+    assert cfg.activations_mb(1, 13) < 20 < 650 < cfg.n_params() * 4 / 1e6
+    model = type("Shape", (), {"cfg": cfg})()  # experiment_mb reads the config alone
+    assert experiment_mb(patterns.scores, model, tuple(range(13)), 0, 0) == cfg.activations_mb(1, 13)
+    assert experiment_mb(patterns.ranks, model, 0, 0) < 30 and experiment_mb(residual.subspaces, model) < 200
+    assert induction.score_chunk(cfg) < induction.SCORE_BATCH and induction.scoring_mb(cfg) < 300

@@ -8,7 +8,6 @@ under |a − b| ≤ tol · max(1, |reference|): tol 1e-10 in float64, 1e-4 in fl
 
 import json
 import math
-import pydoc_data.topics
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ from mechlib import Transformer
 from mechlib.checks import compare
 from mechlib.hf import HFError, read_config
 from mechlib.interop import from_transformers, to_transformer_lens
-from tests.unit.helpers import randomize, required
+from tests.unit.helpers import bpe_tokenizer, documentation, gpt2, required
 
 GPT2_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
 SHAPES = {  # GPT2Config fields: one layer; an MLP narrower than 4·d_model; exact GELU, three heads, untied unembedding
@@ -36,24 +35,7 @@ def transformers():
 @pytest.fixture(scope="module")
 def tokenizer_file(tmp_path_factory):
     """A byte-level BPE tokenizer of 300 tokens (GPT-2's kind), trained on Python's documentation."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator(documentation()[:300], trainer)
-    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
-    tokenizer.save(str(path))
-    return path
-
-
-def documentation() -> list[str]:
-    return [text for _, text in sorted(pydoc_data.topics.topics.items())]
-
-
-def gpt2(transformers, fields: dict, dtype=torch.float32, seed: int = 0):
-    config = transformers.GPT2Config(**fields, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    return randomize(transformers.GPT2LMHeadModel(config), seed).to(dtype).eval()
+    return bpe_tokenizer(tmp_path_factory.mktemp("tokenizer") / "tokenizer.json")
 
 
 def tokens(fields: dict, seed: int = 1) -> torch.Tensor:
@@ -208,3 +190,22 @@ def test_a_directory_without_a_readable_config_is_refused(tmp_path, content, rea
         (tmp_path / "config.json").write_bytes(content)
     with pytest.raises(HFError, match=reason):
         from_transformers(tmp_path)
+
+
+def test_a_prompt_starts_with_the_configs_bos_token_and_the_tables_leave_it_out(transformers, tokenizer_file,
+                                                                                tmp_path):
+    """GPT-2's sequences start with <|endoftext|>, its config's bos_token_id (50256): mechlib's prompts take it from
+    there, not mechlib's own id 0; a config's id outside the vocabulary (GPT2Config's default here) leaves 0."""
+    from mechlib import circuits, data
+
+    fields = SHAPES["1 layer"]
+    for bos, expected in ((299, 299), (None, 0)):
+        extra = {} if bos is None else {"bos_token_id": bos, "eos_token_id": bos}
+        gpt2(transformers, fields | extra).save_pretrained(tmp_path)
+        (tmp_path / "tokenizer.json").write_bytes(tokenizer_file.read_bytes())
+        model = from_transformers(tmp_path)
+        prompt = data.prompt_ids(model.tokenizer, "the class of an object", 64)
+        assert model.tokenizer.bos_id == data.bos_id(model.tokenizer) == prompt.ids[0] == expected
+        assert list(prompt.ids[1:]) == model.tokenizer.encode("the class of an object") and prompt.unknown_share == 0
+        assert data.random_ids(fields["vocab_size"], 5, 0, data.bos_id(model.tokenizer))[0] == expected
+        assert expected not in circuits.frequent_tokens(model, 50)

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from mechlib import induction
+from mechlib.config import ModelConfig
+from mechlib.model import Transformer
 
 
 def hand_built(tokens: torch.Tensor, length: int) -> torch.Tensor:
@@ -283,3 +285,16 @@ def test_the_phase_changes_bins_share_no_checkpoint_and_the_jump_lies_in_one():
     assert bins[shipped.jump_bin(5)] == (0, 1_200) and shipped.jump == (900, 1_200) == (900, shipped.formed_at)
     late = dataclasses.replace(shipped, induction=[0.05] * 16 + [0.9] * 5)
     assert late.jump == (4_500, 4_800) and late.bins(5)[late.jump_bin(5)] == (3_900, 4_800)
+
+
+def test_scores_run_in_chunks_equal_one_batch(monkeypatch):
+    """A model whose 32 scored sequences do not fit SCORE_CHUNK_MB is run a chunk at a time (GPT-2 small: 4 at
+    once); every head's scores are those of the whole batch at once, float64 to 1e-12."""
+    model = Transformer(ModelConfig(n_layers=2, d_model=32, n_heads=4, d_vocab=50, n_ctx=24, d_mlp=64,
+                                    normalization="LN")).double()
+    whole = induction.head_scores(model)
+    one = model.cfg.activations_mb(1, 1 + 2 * induction.eval_length(24))
+    monkeypatch.setattr(induction, "SCORE_CHUNK_MB", 1.5 * one)
+    assert induction.score_chunk(model.cfg) == 1
+    for name, scores in induction.head_scores(model).items():
+        assert (scores - whole[name]).abs().max() < 1e-12, name

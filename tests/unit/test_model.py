@@ -346,3 +346,25 @@ def test_the_plain_forward_takes_the_fused_kernels_and_a_recording_one_does_not(
         model.run_with_cache(tokens)
         model(tokens, ablate={(0, 0): torch.zeros(cfg.d_head)})
     assert len(calls) == cfg.n_layers
+
+
+@pytest.mark.parametrize("cfg", [cfg for cfg in CONFIGS if cfg.n_layers])
+@torch.inference_mode()
+def test_stopping_at_a_layer_returns_the_residual_stream_there_and_caches_nothing_after_it(cfg):
+    model, tokens = with_random_biases(Transformer(cfg).double()), tokens_for(cfg)
+    _, full = model.run_with_cache(tokens)
+    for stop in range(cfg.n_layers + 1):
+        resid, cache = model.run_with_cache(tokens, stop_at_layer=stop)
+        expected = full[f"blocks.{stop - 1}.hook_resid_post"] if stop else (
+            full["hook_embed"] + (full["hook_pos_embed"] if cfg.positional == "standard" else 0))
+        assert torch.equal(resid, expected)                     # [batch pos d_model], no final LayerNorm, no logits
+        assert not [name for name in cache if name.startswith((f"blocks.{stop}.", "ln_final"))]
+
+
+def test_a_patch_after_the_layer_a_run_stops_at_is_refused():
+    cfg = CONFIGS[2]  # 2 layers
+    model, tokens = Transformer(cfg), tokens_for(cfg)
+    nowhere = (torch.zeros(1, dtype=torch.bool), torch.zeros(1))
+    with pytest.raises(ValueError, match="blocks.1.hook_resid_pre, which this model has no activation for before "
+                                         "layer 1, where it stops"):
+        model(tokens, patch={"blocks.1.hook_resid_pre": nowhere}, stop_at_layer=1)

@@ -344,9 +344,21 @@ def test_the_declared_costs_count_the_ledgers_terms_and_the_lens_read_out(cfg):
     model, ids = randomised(cfg), tuple(range(1, cfg.n_ctx))
     book = residual.ledger(model, residual.cache_of(model, ids))
     assert residual.components(model) == len(book.labels) == book.terms.shape[0]
-    forward = cfg.estimate_mb(batch=1)
+    forward = cfg.activations_mb(1, len(ids))
     assert residual.ledger_mb(model, ids) == forward + 4 * book.terms.numel() / 1e6
     read_out = 4 * (cfg.n_layers + 1) * len(ids) * cfg.d_vocab / 1e6
     assert experiment_mb(residual.lens, model, ids, 0) == pytest.approx(residual.ledger_mb(model, ids) + read_out)
     paths = 4 * (len(book.labels) + 1) * len(ids) * cfg.d_vocab / 1e6
     assert experiment_mb(circuits.one_layer, model, ids) == pytest.approx(residual.ledger_mb(model, ids) + paths)
+
+
+def test_subspace_overlap_in_row_blocks_equals_every_pair_of_bases_multiplied_out(monkeypatch):
+    """‖Q₁ᵀQ₂‖²_F / k for every pair, as the definition writes it, against the projectors' rows a block at a time
+    (``OVERLAP_ROWS``, here 5 of 24: blocks that do not divide d_model): float64, to 1e-12."""
+    cfg = ModelConfig(n_layers=2, d_model=24, n_heads=3, d_head=4, d_vocab=5, n_ctx=4)
+    model = Transformer(cfg).double()
+    monkeypatch.setattr(residual, "OVERLAP_ROWS", 5)
+    labels, overlap = residual.subspace_overlap(model)
+    bases = torch.stack([torch.linalg.qr(block.attn.W_O[h].T)[0] for block in model.blocks for h in range(3)])
+    expected = torch.einsum("amk,bmn->abkn", bases, bases).pow(2).sum((-1, -2)) / 4  # [head head]
+    assert labels[3] == "L1H0" and (overlap - expected).abs().max() < 1e-12

@@ -8,10 +8,10 @@ from pathlib import Path
 import streamlit as st
 
 import mechlib
-from classroom import activity, live, pages, shared, slides
+from classroom import activity, live, models_folder, pages, shared, slides
 from classroom.admission import BudgetError, budget_mb, require_budget
 from classroom.server import collect_garbage, freeze_libraries, warm_up
-from classroom.session import add_session_model, session_id, session_model, teacher
+from classroom.session import add_session_model, current_model, session_id, session_model, teacher
 from classroom.store import ID_CHARS, STORE, StoreError, admit
 from classroom.text import literal, quoted
 from classroom.widgets import clean_url_ints, copy_link, select_slider, slider, url_notes
@@ -82,14 +82,46 @@ def upload_checkpoint() -> None:
         st.rerun()
 
 
+def folder_model(entry: models_folder.Entry) -> None:
+    """A model of the class's folder: its config read and its weights' memory admitted before it is chosen; a
+    refusal says why, and the default model is shown instead."""
+    try:
+        cfg = models_folder.config(entry)
+        require_budget(cfg.estimate_mb(batch=0), f"{entry.label} ({cfg.n_params():,} parameters)")
+    except (models_folder.FolderError, BudgetError) as error:
+        st.session_state["url_notes"] = [f"{literal(str(error))}. The default model is shown instead."]
+        st.session_state["select_model"] = DEFAULT_MODEL
+        st.rerun()
+    st.session_state["model_choice"] = ("folder", entry.name)
+    st.caption(f"{entry.kind} model from the class's models folder, {entry.n_bytes / 1e6:,.1f} MB on disk")
+
+
+def folder_listing(listed: list[models_folder.Entry]) -> None:
+    """The class's models folder: each model's kind and size on disk, and its shape where its config reads."""
+    with st.expander(f"models folder ({len(listed)})", expanded=False):
+        st.caption(f"{literal(str(models_folder.folder()))}, named by {models_folder.SETTING}")
+        for entry in listed:
+            try:
+                cfg = models_folder.config(entry)
+                shape = (f"{cfg.n_layers} layer{'s' * (cfg.n_layers != 1)} × {cfg.n_heads} heads, "
+                         f"vocab {cfg.d_vocab:,}, {cfg.n_params():,} parameters")
+            except models_folder.FolderError as error:
+                shape = f"cannot be used: {literal(str(error))}"
+            st.markdown(f"**{literal(entry.name)}** — {entry.kind}, {entry.n_bytes / 1e6:,.1f} MB; {shape}")
+
+
 def describe_choice() -> str:
     choice = st.session_state.get("model_choice")
     if choice is None:
         return "no model chosen yet"
-    model = {"zoo": lambda: zoo.load(choice[1]), "random": lambda: None,
-             "session": lambda: session_model(choice[1])}[choice[0]]()
+    if choice[0] == "folder":
+        model = current_model()[1]
+    else:
+        model = {"zoo": lambda: zoo.load(choice[1]), "random": lambda: None,
+                 "session": lambda: session_model(choice[1])}[choice[0]]()
     cfg = ModelConfig.from_json(choice[1]) if choice[0] == "random" else model.cfg
-    where = {"zoo": "trained here, shipped with the app", "random": "random weights", "session": literal(choice[1])}[choice[0]]
+    where = {"zoo": "trained here, shipped with the app", "random": "random weights", "session": literal(choice[1]),
+             "folder": f"{literal(choice[1])} from the models folder"}[choice[0]]
     mlp = f", MLP {cfg.d_mlp}" if cfg.d_mlp else ", attention-only"
     return (f"**{cfg.n_layers} layers × {cfg.n_heads} heads**, d_model {cfg.d_model}, d_head {cfg.d_head}{mlp}, "
             f"vocab {cfg.d_vocab:,}, context {cfg.n_ctx} — {where}; {cfg.n_params():,} parameters, "
@@ -115,6 +147,8 @@ def read_linked_model(asked: str, options: list[str], label: Callable[[str], str
             f"The link's model “{quoted(asked)}” is the zoo's LSTM: the sidebar's pages study transformers, and the "
             "LSTM page uses it on its own. The default model is shown instead."
             if zoo_name in zoo.RECIPES and not isinstance(zoo.RECIPES[zoo_name].cfg, ModelConfig) else
+            f"The link's model “{quoted(asked)}” is not in this server's models folder (its teacher copies models "
+            "there before class). The default model is shown instead." if asked.startswith("folder: ") else
             f"The link's model “{quoted(asked)}” does not exist on this server: it is none of the zoo's models, and "
             "no trained model has that id (trained models are kept for a while, then expire). The default model is "
             "shown instead."]
@@ -125,7 +159,8 @@ def model_picker() -> None:
     """Zoo models, a random model from sizes, and this session's trained or uploaded models."""
     shipped = [name for name in zoo.names() if zoo.path(name).exists() and isinstance(zoo.RECIPES[name].cfg, ModelConfig)]
     session = st.session_state.setdefault("session_models", {})
-    options = shipped + ["random"] + list(session)
+    folder = {entry.label: entry for entry in models_folder.entries()}
+    options = shipped + ["random"] + list(folder) + list(session)
     default = DEFAULT_MODEL if DEFAULT_MODEL in shipped else "random"  # what a fresh session shows: the URL omits it
 
     def label(option: str) -> str:
@@ -147,10 +182,14 @@ def model_picker() -> None:
     elif picked == "random":
         with st.expander("sizes", expanded=False):
             random_model_sizes()
+    elif picked in folder:
+        folder_model(folder[picked])
     else:
         st.session_state["model_choice"] = ("session", picked)
         if teacher() and (linked := LINKED.match(picked)):
             pin_toggle(linked["id"])
+    if folder:
+        folder_listing(list(folder.values()))
     with st.expander("upload a checkpoint", expanded=False):
         upload_checkpoint()
 

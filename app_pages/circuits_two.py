@@ -33,7 +33,8 @@ def composition() -> None:
     prose("A later head composes with an earlier one when it reads what the earlier one wrote: through its queries "
           "(Q-composition), its keys (K-composition) or its values (V-composition). The score is ‖W_A W_B‖_F / "
           "(‖W_A‖_F ‖W_B‖_F), with W_A the earlier head's W_OV and W_B the later head's W_QKᵀ, W_QK (the reading's W_p) or W_OV.")
-    for col, mode in zip(beside(3), "QKV"):
+    wide = len(comp.readers) > figures.HEAD_TICKS  # GPT-2 small's 132 × 132 pairs: one heatmap per row
+    for col, mode in zip([st.container()] * 3 if wide else beside(3), "QKV"):
         with col:
             figure(figures.composition_heatmap(comp.scores[mode], comp.writers, comp.readers, comp.random, mode),
                    f"{mode}-composition",

@@ -19,14 +19,17 @@ def compute(experiment: Callable, *args, key: tuple | None = None):
     by its key, never the model itself. While it computes, the spinner states its memory estimate (``experiment_mb``:
     its declared ``costs``, else the model's forward) against the budget and its expected time (``timings``); the
     estimate is held under the server-wide budget (``MEMORY``). One over the budget, or that finds no room in time,
-    stops the part with the server's message, naming what it computes, before it starts."""
+    stops the part with the server's message, naming what it computes, before it starts (``part.Refused``; the
+    page's other parts are drawn), or the page when no part is being drawn."""
     part.record_call(experiment, key, args)
     mb = experiment_mb(experiment, *args)
     model, plain = (args[0], args[1:]) if key is not None else (None, args)
     try:  # by keyword: Streamlit's hashing reads a positional argument's name from the signature at every call
         return _cached(name=_name(experiment), key=key, _experiment=experiment, _model=model, args=plain, _mb=mb)
     except BudgetError as error:
-        st.error(f"{error}.")
+        st.error(f"{error}.", icon=":material/block:")
+        if part.current() is not None:
+            raise part.Refused from None
         st.stop()
 
 

@@ -54,7 +54,9 @@ def menu(collected: Collected) -> None:
 
 def model_line(model_key: tuple) -> str:
     """Python that loads the page's model, from its cache key."""
-    kind, what = model_key
+    kind, what = model_key[:2]
+    if kind == "folder":  # the class's models folder: the same directory or file, where the notebook finds it
+        return f"model = zoo.from_folder(Path({what!r}))  # from the class's models folder"
     if kind == "zoo":
         return f"model = zoo.load({what!r})"
     if kind == "random":
@@ -76,6 +78,8 @@ def snippet(collected: Collected, code: str, using: Callable | None = None) -> s
             return "\n".join(lines + [code, "fig.show()"])
         if model_key[0] == "random":
             lines.append("from mechlib.config import ModelConfig")
+        if model_key[0] == "folder":
+            lines.insert(0, "from pathlib import Path\n")
         lines += ["", model_line(model_key)]
         ids = next((arg for arg in args[1:] if isinstance(arg, tuple) and arg and all(isinstance(i, int) for i in arg)), None)
         if ids is not None:

@@ -42,6 +42,8 @@ def _draw(title: str, draw: Callable[[], None]) -> None:
     try:
         with part.collecting(title) as collected:
             draw()
+    except part.Refused:
+        pass  # its refusal is on screen, in the part
     finally:
         part.RUN.questions = None
     exports.menu(collected)

@@ -22,6 +22,11 @@ class Collected:
     calls: list[tuple[Callable, tuple]] = field(default_factory=list)  # the mechlib experiments it ran, in order
 
 
+class Refused(Exception):
+    """A part's computation was refused for its memory; the refusal is on screen, and the page's other parts are
+    drawn."""
+
+
 RUN = threading.local()  # the section being drawn by this script thread (each session's run has its own thread)
 
 

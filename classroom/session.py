@@ -1,6 +1,7 @@
 """This session: its id and its browser's, whether it is the teacher's, its trained and uploaded models, the model
 the sidebar chose, and the tokens a page studies."""
 
+import functools
 import hashlib
 import ipaddress
 import uuid
@@ -8,8 +9,8 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from classroom import pages
-from classroom.admission import MEMORY
+from classroom import models_folder, pages
+from classroom.admission import MEMORY, BudgetError
 from classroom.slides import controls
 from classroom.store import STORE, short_id
 from classroom.text import literal
@@ -98,13 +99,22 @@ def current_model() -> tuple[tuple, Transformer]:
     if choice[0] == "random":
         cfg = ModelConfig.from_json(choice[1])
         return choice, zoo.random_model(cfg, lambda: MEMORY.hold(cfg.estimate_mb(batch=0), f"a model of {cfg.n_params():,} parameters"))
+    if choice[0] == "folder":
+        entry = next((entry for entry in models_folder.entries() if entry.name == choice[1]), None)
+        try:
+            if entry is None:
+                raise models_folder.FolderError(f"{choice[1]} is no longer in the models folder")
+            return ("folder", str(entry.path), entry.stamp), models_folder.load(entry)
+        except (models_folder.FolderError, BudgetError) as error:
+            st.error(f"{literal(str(error))}. Choose another model in the sidebar.")
+            st.stop()
     digest, model = zoo.from_checkpoint(st.session_state["session_models"][choice[1]])
     return ("session", digest), model
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _examples(tokenizer_json: str, n_ctx: int) -> list[str]:
-    return data.covered_prompts(data.tokenizer_from_json(tokenizer_json), 5, (8, min(40, n_ctx - 1)))
+@functools.lru_cache(maxsize=8)  # by the tokenizer object: a shared model's, kept while it is cached here
+def _examples(tokenizer: data.Tokenizer, n_ctx: int) -> list[str]:
+    return data.covered_prompts(tokenizer, 5, (8, min(40, n_ctx - 1)))
 
 
 INPUTS = ("prompt", "random tokens", "repeated random tokens")
@@ -120,7 +130,7 @@ def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
     kind = st.radio("input", kinds, 0, key="input", bind="query-params", horizontal=True,
                     help=None if tokenizer else "This model has no tokenizer, so it reads token ids.")
     if kind == "prompt":
-        examples = _examples(tokenizer.to_json(), n_ctx)
+        examples = _examples(tokenizer, n_ctx)
 
         def use_example() -> None:
             st.session_state["prompt"] = st.session_state["example"]
@@ -138,9 +148,10 @@ def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
                        "Python's documentation.")
         ids = prompt.ids
     elif kind == "random tokens":
-        ids = data.random_ids(model.cfg.d_vocab, min(n_ctx, 24), st.session_state["seed"])
+        ids = data.random_ids(model.cfg.d_vocab, min(n_ctx, 24), st.session_state["seed"], data.bos_id(tokenizer))
     else:
-        ids = data.repeated_random_ids(model.cfg.d_vocab, (min(n_ctx, 25) - 1) // 2, st.session_state["seed"])
+        ids = data.repeated_random_ids(model.cfg.d_vocab, (min(n_ctx, 25) - 1) // 2, st.session_state["seed"],
+                                       data.bos_id(tokenizer))
     return ids, data.token_labels(tokenizer, ids)
 
 

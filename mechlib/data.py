@@ -133,9 +133,10 @@ def token_labels(tokenizer: Tokenizer | None, ids) -> list[str]:
 
 
 def word_ids(tokenizer: Tokenizer | None, ids) -> list[int]:
-    """The ids among ``ids``, in their order, whose token is a word: its own text is letters only ("class", "the";
-    never "_", "(", "0" or "<bos>"). None without a tokenizer: its ids have no text."""
-    return [int(i) for i in ids if tokenizer is not None and tokenizer.vocab[int(i)].isalpha()]
+    """The ids among ``ids``, in their order, whose token is a word: its own text is letters only, after the space a
+    BPE token starts a word with ("class", "the", GPT-2's " the"; never "_", "(", "0" or "<bos>"). Empty without
+    a tokenizer: its ids have no text."""
+    return [int(i) for i in ids if tokenizer is not None and tokenizer.vocab[int(i)].removeprefix(" ").isalpha()]
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ SLIDE_FRAME_PX = 130   # px of that height a chart's title and x-axis take: the 
 CHAR_EM = 0.62      # a character's mean width in em, in the widest font plotly falls back to (DejaVu Sans for verdana)
 CELL_PX = 56        # px per cell of a heatmap sized by its cells (composition scores): a 1 × 1 matrix draws small
 CELLS_PX = 840      # px the cells of such a heatmap take at most: GPT-2 small's 132 × 132 pairs get 6 px each
+GRID_WIDTH_PX = 900  # the width a page gives a grid of every head's pattern
 HEAD_TICKS = 24     # heads labelled one by one on an axis at most; past it, each layer's first head only
 
 
@@ -361,9 +362,13 @@ def patching_heatmap(effects: np.ndarray, rows: list[str], columns: list[str], t
 
 
 def patterns_grid(patterns: np.ndarray, title: str) -> go.Figure:
-    """Every head's attention pattern [layer head q k] as small multiples."""
+    """Every head's attention pattern [layer head q k] as small multiples: rows about as tall as a panel of the
+    page's width is wide (a layer of 4 heads 260 px, of GPT-2's 12 heads 120), 50 px between them for the titles."""
     layers, heads = patterns.shape[:2]
-    layout, panels = _grid(layers, heads, [f"L{l}H{h}" for l in range(layers) for h in range(heads)], 0.03, 0.08)
+    row = min(260, max(120, GRID_WIDTH_PX // heads + 40))
+    height = row * layers + 100
+    layout, panels = _grid(layers, heads, [f"L{l}H{h}" for l in range(layers) for h in range(heads)],
+                           min(0.03, 0.24 / max(1, heads - 1)), min(0.3, 50 / height))
     cells, axes = [], {}
     for l, h, xaxis, yaxis, x, y in panels:
         cells.append(go.Heatmap(z=patterns[l, h], colorscale="Blues", zmin=0, zmax=1, showscale=False, xaxis=x, yaxis=y,
@@ -374,8 +379,7 @@ def patterns_grid(patterns: np.ndarray, title: str) -> go.Figure:
             axes[yaxis]["title"] = "query position"
             if l == layers - 1:
                 axes[xaxis]["title"] = "key position"
-    return _figure(cells, title, 260 * layers + 100, axes, _raised_title(layout["annotations"]),
-                   annotations=layout["annotations"])
+    return _figure(cells, title, height, axes, _raised_title(layout["annotations"]), annotations=layout["annotations"])
 
 
 def time_heatmap(matrix: np.ndarray, labels: list[str], title: str, value: str, scale: str = "signed",

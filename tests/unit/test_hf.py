@@ -209,3 +209,5 @@ def test_a_prompt_starts_with_the_configs_bos_token_and_the_tables_leave_it_out(
         assert list(prompt.ids[1:]) == model.tokenizer.encode("the class of an object") and prompt.unknown_share == 0
         assert data.random_ids(fields["vocab_size"], 5, 0, data.bos_id(model.tokenizer))[0] == expected
         assert expected not in circuits.frequent_tokens(model, 50)
+    words = [model.tokenizer.vocab[i] for i in circuits.frequent_tokens(model, 50, words_only=True)]
+    assert any(word.startswith(" ") for word in words) and all(word.removeprefix(" ").isalpha() for word in words)

@@ -266,9 +266,14 @@ def patterns_on(model: Transformer, tokens: Tensor) -> np.ndarray:
     return to_numpy(stacked_patterns(cache, model.cfg.n_layers)[:, 0])
 
 
+def example_sequence(cfg: ModelConfig, seed: int) -> Tensor:
+    """The repeated random sequence from ``seed`` every head's pattern is shown on: [1 pos]."""
+    return repeated_sequences(cfg.d_vocab, eval_length(cfg.n_ctx), 1, seed)
+
+
 def _example_patterns(model: Transformer, seed: int) -> np.ndarray:
-    """Every head's pattern on one repeated random sequence from ``seed``: [layer head query_pos key_pos]."""
-    return patterns_on(model, repeated_sequences(model.cfg.d_vocab, eval_length(model.cfg.n_ctx), 1, seed))
+    """Every head's pattern on ``example_sequence``: [layer head query_pos key_pos]."""
+    return patterns_on(model, example_sequence(model.cfg, seed))
 
 
 @dataclass(frozen=True)
@@ -276,6 +281,7 @@ class TwoLayers:
     """Two layers or more: how heads compose, and the induction circuit they may form."""
 
     patterns: np.ndarray            # [layer head query_pos key_pos] every head on one repeated random sequence
+    example: tuple[int, ...]        # that sequence's ids (``example_sequence``)
     heads: list[str]                # every head, layer by layer: "L0H0", "L0H1", …
     scores: dict[str, np.ndarray]   # prev_token, duplicate_token, induction: [layer head] over a batch
     composition: circuits.Composition
@@ -302,8 +308,9 @@ def two_layers(model: Transformer, seed: int) -> TwoLayers:
     _require_scorable(model.cfg)
     scores = head_scores(model)
     heads = [circuits.head_label(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
-    return TwoLayers(_example_patterns(model, seed), heads, {name: to_numpy(value) for name, value in scores.items()},
-                     circuits.composition(model), _circuit(model, scores))
+    return TwoLayers(_example_patterns(model, seed), tuple(example_sequence(model.cfg, seed)[0].tolist()), heads,
+                     {name: to_numpy(value) for name, value in scores.items()}, circuits.composition(model),
+                     _circuit(model, scores))
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,7 @@ class Scores:
     scores: np.ndarray    # [query_pos key_pos] x_i W_QK x_jᵀ / √d_head with the biases; -inf above the diagonal
     pattern: np.ndarray   # [query_pos key_pos] the model's cached pattern A
     check: Check          # the scores against the model's cached scores, where causal
+    layer_patterns: np.ndarray  # [head query_pos key_pos] every head of the layer: the cached patterns
 
 
 @torch.inference_mode()
@@ -166,8 +167,9 @@ def scores(model: Transformer, ids: tuple[int, ...], layer: int, head: int) -> S
     cached = cache[f"blocks.{layer}.attn.hook_attn_scores"][0, head]          # [query_pos key_pos]
     mine = scores_from_W_QK(model, cache, layer, head)[0]                     # [query_pos key_pos]
     causal = torch.isfinite(cached)
-    return Scores(to_numpy(mine.double()), to_numpy(cache[f"blocks.{layer}.attn.hook_pattern"][0, head].double()),
-                  compare(mine[causal], cached[causal], model_tolerance(model)))
+    every = cache[f"blocks.{layer}.attn.hook_pattern"][0]                     # [head query_pos key_pos]
+    return Scores(to_numpy(mine.double()), to_numpy(every[head].double()),
+                  compare(mine[causal], cached[causal], model_tolerance(model)), to_numpy(every.double()))
 
 
 @dataclass(frozen=True)

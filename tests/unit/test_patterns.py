@@ -6,6 +6,7 @@ import torch
 
 from mechlib import attention, patterns
 from mechlib.config import ModelConfig
+from mechlib.model import Transformer
 from tests.unit.helpers import randomised
 
 CONFIGS = [
@@ -140,3 +141,13 @@ def test_effective_rank_bins_cover_every_count_once(d_head, d_model, bins):
     for value in range(1, d_model + 1):
         assert sum(first <= value <= last for first, last in bins) == 1
         assert bins[patterns.bin_of(bins, value)][0] <= value
+
+
+def test_the_layers_patterns_hold_every_head_and_the_chosen_one():
+    """What the hover view draws: every head's pattern of the layer, rows summing to 1, nothing above the diagonal."""
+    cfg = ModelConfig(n_layers=2, d_model=16, n_heads=4, d_vocab=20, n_ctx=8)
+    model, ids = Transformer(cfg).double(), (0, 3, 5, 3, 5, 7)
+    for head in range(4):
+        result = patterns.scores(model, ids, 1, head)
+        assert result.layer_patterns.shape == (4, 6, 6) and np.array_equal(result.layer_patterns[head], result.pattern)
+    assert np.abs(result.layer_patterns.sum(-1) - 1).max() < 1e-12 and not np.triu(result.layer_patterns, 1).any()

@@ -1,0 +1,113 @@
+"""Attention you can hover, the view CircuitsVis made familiar: a layer's pattern drawn on its tokens as text.
+Pointing at (or tapping) a destination token shades every source token by the attention that destination pays it,
+for one head or for every head at once (a line each). The browser draws it from the pattern sent with it: no CDN,
+no rerun while the pointer moves. Each token carries its weight (``data-weight``) for a test to read."""
+
+import numpy as np
+import streamlit as st
+
+from classroom.slides import presenting
+
+__all__ = ["attention_text"]
+
+DIGITS = 4  # of each weight sent: the shading cannot show more
+
+CSS = """
+.attention-text { font-family: "Source Sans Pro", sans-serif; font-size: var(--size); color: #31333f; }
+.attention-text .heads { display: flex; flex-wrap: wrap; gap: 6px; margin-bottom: 10px; }
+.attention-text button { font: inherit; font-size: calc(var(--size) * 0.9); padding: 2px 10px; cursor: pointer;
+  border: 1px solid #d5d7de; border-radius: 6px; background: white; color: #31333f; }
+.attention-text button[aria-pressed="true"] { background: #1f77b4; border-color: #1f77b4; color: white; }
+.attention-text .line { display: flex; flex-wrap: wrap; align-items: baseline; gap: 3px 2px; margin: 4px 0; }
+.attention-text .name { min-width: 5.5em; font-weight: 600; color: #555867; }
+.attention-text .token { padding: 1px 3px; border-radius: 3px; cursor: default; white-space: pre;
+  outline-offset: 1px; }
+.attention-text .token.destination { outline: 2px solid #d62728; }
+.attention-text .caption { color: #555867; font-size: calc(var(--size) * 0.85); margin-top: 6px; }
+"""
+
+JS = """
+export default function ({ data, parentElement }) {
+  const { tokens, heads, patterns, size } = data;
+  let root = parentElement.querySelector(".attention-text");
+  if (!root) {
+    root = document.createElement("div");
+    root.className = "attention-text";
+    parentElement.appendChild(root);
+  }
+  root.style.setProperty("--size", size + "px");
+  const state = { head: root.dataset.head ?? "all", dest: data.dest };
+  if (state.head !== "all" && !(Number(state.head) < heads.length)) state.head = "all";
+  root.replaceChildren();
+
+  const bar = document.createElement("div");
+  bar.className = "heads";
+  const buttons = [["all", "all heads"], ...heads.map((name, h) => [String(h), name])].map(([value, label]) => {
+    const button = document.createElement("button");
+    button.textContent = label;
+    button.dataset.head = value;
+    button.addEventListener("click", () => { state.head = value; root.dataset.head = value; draw(); });
+    bar.appendChild(button);
+    return button;
+  });
+  root.appendChild(bar);
+  const body = document.createElement("div");
+  root.appendChild(body);
+  const caption = document.createElement("div");
+  caption.className = "caption";
+  root.appendChild(caption);
+
+  function shade() {
+    for (const span of body.querySelectorAll(".token")) {
+      const h = Number(span.dataset.head), k = Number(span.dataset.pos);
+      const weight = k <= state.dest ? patterns[h][state.dest][k] : 0;
+      span.dataset.weight = weight.toFixed(4);
+      span.style.background = `rgba(31, 119, 180, ${weight})`;
+      span.style.color = weight > 0.5 ? "white" : "#31333f";
+      span.classList.toggle("destination", k === state.dest);
+      span.title = `${heads[h]}: position ${state.dest} → ${k}, attention ${weight.toFixed(3)}`;
+    }
+    caption.textContent = `Destination: position ${state.dest}, "${tokens[state.dest]}". Each token is shaded by ` +
+      "the attention it gets from there (white 0, blue 1); point at or tap another token.";
+  }
+
+  function draw() {
+    buttons.forEach((button) => button.setAttribute("aria-pressed", String(button.dataset.head === state.head)));
+    body.replaceChildren();
+    const shown = state.head === "all" ? heads.map((_, h) => h) : [Number(state.head)];
+    for (const h of shown) {
+      const line = document.createElement("div");
+      line.className = "line";
+      line.dataset.head = String(h);
+      const name = document.createElement("span");
+      name.className = "name";
+      name.textContent = heads[h];
+      line.appendChild(name);
+      tokens.forEach((text, k) => {
+        const span = document.createElement("span");
+        span.className = "token";
+        span.textContent = text;
+        span.dataset.head = String(h);
+        span.dataset.pos = String(k);
+        const point = () => { state.dest = k; shade(); };
+        span.addEventListener("mouseenter", point);
+        span.addEventListener("click", point);
+        line.appendChild(span);
+      });
+      body.appendChild(line);
+    }
+    shade();
+  }
+  draw();
+}
+"""
+
+HOVER = st.components.v2.component("attention_text", css=CSS, js=JS)
+
+
+def attention_text(patterns: np.ndarray, labels: list[str], heads: list[str], dest: int, key: str) -> None:
+    """A layer's ``patterns`` [head query_pos key_pos] on its tokens' ``labels``, one line per head of ``heads``
+    (or one head, chosen above them), shaded first from the destination ``dest``; the text at 24 px in
+    presentation mode, 16 px otherwise."""
+    HOVER(data={"tokens": labels, "heads": heads, "patterns": np.round(patterns, DIGITS).tolist(), "dest": dest,
+                "size": 24 if presenting() else 16}, key=key)

@@ -4,11 +4,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom.attention_text import attention_text
 from classroom.experiments import compute
 from classroom.layout import figure, prose, show, table
 from classroom.questions import predict
 from classroom.widgets import select_slider
-from mechlib import checks, figures, induction, zoo
+from mechlib import checks, circuits, data, figures, induction, zoo
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
 JUMP_RANGES = 5  # the question's options: the checkpoints cut into this many ranges of steps
@@ -57,6 +58,12 @@ def at_step() -> None:
     title = f"Every head at step {step:,}"
     figure(figures.patterns_grid(snap.patterns, title), "patterns at this step",
            f"fig = figures.patterns_grid(result.patterns, {title!r})", using=induction.snapshot_at)
+    layers, heads = snap.patterns.shape[:2]
+    prose("The same patterns on the sequence's tokens: point at (or tap) a token of the second copy.")
+    labels = data.token_labels(zoo.load(PHASE_MODEL).tokenizer, snap.example)
+    attention_text(snap.patterns.reshape(-1, *snap.patterns.shape[2:]), labels,
+                   [circuits.head_label(layer, head) for layer in range(layers) for head in range(heads)],
+                   len(snap.example) - 1, key="hover step")
 
 
 show([(f"The phase change: when induction heads form in {PHASE_MODEL}", training),

@@ -318,6 +318,7 @@ class Snapshot:
     """A model during training: its heads' patterns and best scores."""
 
     patterns: np.ndarray               # [layer head query_pos key_pos] on a repeated sequence
+    example: tuple[int, ...]           # that sequence's ids (``example_sequence``)
     best_previous: tuple[str, float]   # the head with the highest previous-token score, and the score
     best_induction: tuple[str, float]  # the head with the highest induction score, and the score
 
@@ -328,7 +329,8 @@ def snapshot(model: Transformer, seed: int) -> Snapshot:
     scores = head_scores(model)
     best = {name: (circuits.head_label(*divmod(int(scores[name].argmax()), model.cfg.n_heads)), float(scores[name].max()))
             for name in ("prev_token", "induction")}
-    return Snapshot(_example_patterns(model, seed), best["prev_token"], best["induction"])
+    return Snapshot(_example_patterns(model, seed), tuple(example_sequence(model.cfg, seed)[0].tolist()),
+                    best["prev_token"], best["induction"])
 
 
 @costs(lambda name, step, seed: zoo.load(name).cfg.estimate_mb(SCORE_BATCH), "this checkpoint's heads")

@@ -59,11 +59,11 @@ def at_step() -> None:
     figure(figures.patterns_grid(snap.patterns, title), "patterns at this step",
            f"fig = figures.patterns_grid(result.patterns, {title!r})", using=induction.snapshot_at)
     layers, heads = snap.patterns.shape[:2]
-    prose("The same patterns on the sequence's tokens: point at (or tap) a token of the second copy.")
     labels = data.token_labels(zoo.load(PHASE_MODEL).tokenizer, snap.example)
-    attention_text(snap.patterns.reshape(-1, *snap.patterns.shape[2:]), labels,
-                   [circuits.head_label(layer, head) for layer in range(layers) for head in range(heads)],
-                   len(snap.example) - 1, key="hover step")
+    names = [circuits.head_label(layer, head) for layer in range(layers) for head in range(heads)]
+    attention_text("The same patterns on the sequence's tokens: point at (or tap) a token of the second copy.",
+                   snap.patterns.reshape(-1, *snap.patterns.shape[2:]), labels,
+                   names, names.index(ind_head), len(snap.example) - 1, key="hover step")
 
 
 show([(f"The phase change: when induction heads form in {PHASE_MODEL}", training),

@@ -85,11 +85,10 @@ def gates_and_patterns() -> None:
         figure(figures.patterns_grid(view.patterns, title), "attention patterns",
                VIEW + f"fig = figures.patterns_grid(result.patterns, {title!r})")
     layers, heads = view.patterns.shape[:2]
-    prose(f"{analogy.TRANSFORMER}'s patterns on the text: point at (or tap) a character to shade what each head "
-          "reads from there.")
-    attention_text(view.patterns.reshape(-1, *view.patterns.shape[2:]), view.labels,
-                   [f"L{layer}H{head}" for layer in range(layers) for head in range(heads)], len(view.labels) - 1,
-                   key="hover lstm page")
+    attention_text(f"{analogy.TRANSFORMER}'s patterns on the text: point at (or tap) a character to shade what each "
+                   "head reads from there.", view.patterns.reshape(-1, *view.patterns.shape[2:]), view.labels,
+                   [f"L{layer}H{head}" for layer in range(layers) for head in range(heads)], 0,
+                   len(view.labels) - 1, key="hover lstm page")
 
 
 def gates_and_messages() -> None:

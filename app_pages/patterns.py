@@ -131,9 +131,9 @@ def pattern_matching() -> None:
         figure(figures.pattern_heatmap(scores.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", scores=True),
                "scores", 'fig = figures.pattern_heatmap(result.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", '
                'scores=True)')
-    prose(f"The same patterns on the text, every head of layer {layer}: point at a token (or tap it) to shade the "
-          "tokens it attends to by their weight.")
-    attention_text(scores.layer_patterns, labels, [f"L{layer}H{h}" for h in range(cfg.n_heads)], dest, key="hover")
+    attention_text(f"The same patterns on the text, every head of layer {layer}: point at a token (or tap it) to "
+                   "shade the tokens it attends to by their weight.", scores.layer_patterns, labels,
+                   [f"L{layer}H{h}" for h in range(cfg.n_heads)], head, dest, key="hover")
 
 
 def message_passing() -> None:

@@ -6,7 +6,8 @@ no rerun while the pointer moves. Each token carries its weight (``data-weight``
 import numpy as np
 import streamlit as st
 
-from classroom.slides import presenting
+from classroom.layout import prose
+from classroom.slides import own_slide, presenting
 
 __all__ = ["attention_text"]
 
@@ -36,7 +37,7 @@ export default function ({ data, parentElement }) {
     parentElement.appendChild(root);
   }
   root.style.setProperty("--size", size + "px");
-  const state = { head: root.dataset.head ?? "all", dest: data.dest };
+  const state = { head: root.dataset.head ?? data.head, dest: data.dest };
   if (state.head !== "all" && !(Number(state.head) < heads.length)) state.head = "all";
   root.replaceChildren();
 
@@ -105,9 +106,13 @@ export default function ({ data, parentElement }) {
 HOVER = st.components.v2.component("attention_text", css=CSS, js=JS)
 
 
-def attention_text(patterns: np.ndarray, labels: list[str], heads: list[str], dest: int, key: str) -> None:
-    """A layer's ``patterns`` [head query_pos key_pos] on its tokens' ``labels``, one line per head of ``heads``
-    (or one head, chosen above them), shaded first from the destination ``dest``; the text at 24 px in
-    presentation mode, 16 px otherwise."""
-    HOVER(data={"tokens": labels, "heads": heads, "patterns": np.round(patterns, DIGITS).tolist(), "dest": dest,
-                "size": 24 if presenting() else 16}, key=key)
+def attention_text(about: str, patterns: np.ndarray, labels: list[str], heads: list[str], head: int, dest: int,
+                   key: str) -> None:
+    """``about`` (Markdown), then a layer's ``patterns`` [head query_pos key_pos] on its tokens' ``labels``, one line
+    per head of ``heads`` (or one head, chosen above them), shaded first from the destination ``dest``. In
+    presentation mode they are a slide of their own, the text 24 px (16 px otherwise), and the line shown first is
+    ``head``'s alone: a slide holds one line of large text."""
+    with own_slide():
+        prose(about)
+        HOVER(data={"tokens": labels, "heads": heads, "patterns": np.round(patterns, DIGITS).tolist(), "dest": dest,
+                    "size": 24 if presenting() else 16, "head": str(head) if presenting() else "all"}, key=key)

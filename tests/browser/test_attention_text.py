@@ -20,6 +20,7 @@ def test_pointing_at_a_token_shades_the_text_by_its_pattern_row(page, server):
     layer = patterns.scores(model, ids, model.cfg.n_layers - 1, 0).layer_patterns   # [head query_pos key_pos]
     page.goto(f"{server}/patterns?read=true")
     wait_for_app(page, charts=4)
+    page.wait_for_selector(".attention-text .token", timeout=30_000)  # the component mounts after the charts
     lines = page.locator(".attention-text .line")
     assert lines.count() == model.cfg.n_heads  # every head at once, first
     for dest in (5, 11, 2):

@@ -271,9 +271,10 @@ def example_sequence(cfg: ModelConfig, seed: int) -> Tensor:
     return repeated_sequences(cfg.d_vocab, eval_length(cfg.n_ctx), 1, seed)
 
 
-def _example_patterns(model: Transformer, seed: int) -> np.ndarray:
-    """Every head's pattern on ``example_sequence``: [layer head query_pos key_pos]."""
-    return patterns_on(model, example_sequence(model.cfg, seed))
+def _on_example(model: Transformer, seed: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Every head's pattern on ``example_sequence`` [layer head query_pos key_pos], and that sequence's ids."""
+    tokens = example_sequence(model.cfg, seed)  # [1 pos]
+    return patterns_on(model, tokens), tuple(tokens[0].tolist())
 
 
 @dataclass(frozen=True)
@@ -308,7 +309,7 @@ def two_layers(model: Transformer, seed: int) -> TwoLayers:
     _require_scorable(model.cfg)
     scores = head_scores(model)
     heads = [circuits.head_label(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
-    return TwoLayers(_example_patterns(model, seed), tuple(example_sequence(model.cfg, seed)[0].tolist()), heads,
+    return TwoLayers(*_on_example(model, seed), heads,
                      {name: to_numpy(value) for name, value in scores.items()}, circuits.composition(model),
                      _circuit(model, scores))
 
@@ -329,8 +330,7 @@ def snapshot(model: Transformer, seed: int) -> Snapshot:
     scores = head_scores(model)
     best = {name: (circuits.head_label(*divmod(int(scores[name].argmax()), model.cfg.n_heads)), float(scores[name].max()))
             for name in ("prev_token", "induction")}
-    return Snapshot(_example_patterns(model, seed), tuple(example_sequence(model.cfg, seed)[0].tolist()),
-                    best["prev_token"], best["induction"])
+    return Snapshot(*_on_example(model, seed), best["prev_token"], best["induction"])
 
 
 @costs(lambda name, step, seed: zoo.load(name).cfg.estimate_mb(SCORE_BATCH), "this checkpoint's heads")

@@ -86,8 +86,7 @@ def folder_model(entry: models_folder.Entry) -> None:
     """A model of the class's folder: its config read and its weights' memory admitted before it is chosen; a
     refusal says why, and the default model is shown instead."""
     try:
-        cfg = models_folder.config(entry)
-        require_budget(cfg.estimate_mb(batch=0), f"{entry.label} ({cfg.n_params():,} parameters)")
+        models_folder.admit(entry)
     except (models_folder.FolderError, BudgetError) as error:
         st.session_state["url_notes"] = [f"{literal(str(error))}. The default model is shown instead."]
         st.session_state["select_model"] = DEFAULT_MODEL

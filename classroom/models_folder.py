@@ -16,7 +16,7 @@ from mechlib import hf, io, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
 
-__all__ = ["SETTING", "FolderError", "Entry", "folder", "entries", "config", "load"]
+__all__ = ["SETTING", "FolderError", "Entry", "folder", "entries", "find", "config", "admit", "load"]
 
 SETTING = "ADDITION_MODELS"
 MAX_ENTRIES = 50  # listed at most, by name: the sidebar is a list a teacher reads, not a file browser
@@ -44,7 +44,7 @@ class Entry:
     @property
     def stamp(self) -> tuple[int, int]:
         """(size, modification time) of its weights: a model replaced on disk is a new model."""
-        weights = (self.path / "model.safetensors" if self.path.is_dir() else self.path).stat()
+        weights = zoo.folder_weights(self.path).stat()
         return weights.st_size, weights.st_mtime_ns
 
 
@@ -61,24 +61,33 @@ def folder() -> Path | None:
 
 
 def entries() -> list[Entry]:
-    """The folder's models by name: directories holding ``config.json`` and ``model.safetensors``, and
-    ``.safetensors`` files. Empty when no folder is named or it cannot be read."""
+    """The folder's models by name (``MAX_ENTRIES`` at most). Empty when no folder is named or it cannot be read."""
     where = folder()
     try:
         paths = sorted(where.iterdir()) if where else []
     except OSError:
         return []
-    found = []
-    for path in paths:
-        try:
-            if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
-                found.append(Entry(path.name, "Hugging Face", path,
-                                   sum(f.stat().st_size for f in path.iterdir() if f.is_file())))
-            elif path.is_file() and path.suffix == ".safetensors":
-                found.append(Entry(path.name, "mechlib", path, path.stat().st_size))
-        except OSError:  # removed or unreadable while listed
-            continue
-    return found[:MAX_ENTRIES]
+    return [entry for entry in map(_entry, paths) if entry is not None][:MAX_ENTRIES]
+
+
+def find(name: str) -> Entry | None:
+    """The folder's model named ``name`` (a name the sidebar listed), read again from disk without listing the
+    folder; None when it is gone or ``name`` is not a plain name in it."""
+    where = folder()
+    return _entry(where / name) if where and name == Path(name).name and name not in ("", ".", "..") else None
+
+
+def _entry(path: Path) -> Entry | None:
+    """``path`` as a model: a directory holding ``config.json`` and ``model.safetensors``, or a ``.safetensors``
+    file; None for anything else, or what was removed or became unreadable while read."""
+    try:
+        if path.is_dir() and (path / "config.json").is_file() and (path / "model.safetensors").is_file():
+            return Entry(path.name, "Hugging Face", path, sum(f.stat().st_size for f in path.iterdir() if f.is_file()))
+        if path.is_file() and path.suffix == ".safetensors":
+            return Entry(path.name, "mechlib", path, path.stat().st_size)
+    except OSError:
+        pass
+    return None
 
 
 def config(entry: Entry) -> ModelConfig:
@@ -104,13 +113,23 @@ def _config(entry: Entry, stamp: tuple[int, int]) -> ModelConfig:
     return cfg
 
 
-def load(entry: Entry) -> Transformer:
-    """The shared read-only model of ``entry``: its weights' memory (read off its config) checked against the
-    budget first and held while it is built. Raises ``FolderError`` or ``admission.BudgetError``."""
+def admit(entry: Entry) -> ModelConfig:
+    """The entry's config, once the budget admits its weights' memory (read off the config, before any weight).
+    Raises ``FolderError`` or ``admission.BudgetError``."""
     cfg = config(entry)
-    what = f"{entry.label} ({cfg.n_params():,} parameters)"
-    require_budget(cfg.estimate_mb(batch=0), what)
+    require_budget(cfg.estimate_mb(batch=0), _what(entry, cfg))
+    return cfg
+
+
+def load(entry: Entry) -> Transformer:
+    """The shared read-only model of ``entry``: ``admit``-ted first, its weights' memory held while it is built.
+    Raises ``FolderError`` or ``admission.BudgetError``."""
+    cfg = admit(entry)
     try:
-        return zoo.from_folder(entry.path, lambda: MEMORY.hold(cfg.estimate_mb(batch=0), what))
+        return zoo.from_folder(entry.path, lambda: MEMORY.hold(cfg.estimate_mb(batch=0), _what(entry, cfg)))
     except (hf.HFError, io.CheckpointError, OSError) as error:
         raise FolderError(f"{entry.name}: {error}") from None
+
+
+def _what(entry: Entry, cfg: ModelConfig) -> str:
+    return f"{entry.label} ({cfg.n_params():,} parameters)"

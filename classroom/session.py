@@ -100,7 +100,7 @@ def current_model() -> tuple[tuple, Transformer]:
         cfg = ModelConfig.from_json(choice[1])
         return choice, zoo.random_model(cfg, lambda: MEMORY.hold(cfg.estimate_mb(batch=0), f"a model of {cfg.n_params():,} parameters"))
     if choice[0] == "folder":
-        entry = next((entry for entry in models_folder.entries() if entry.name == choice[1]), None)
+        entry = models_folder.find(choice[1])
         try:
             if entry is None:
                 raise models_folder.FolderError(f"{choice[1]} is no longer in the models folder")

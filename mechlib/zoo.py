@@ -22,7 +22,7 @@ from mechlib.device import DEVICE
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
-__all__ = ["Model", "random_model", "from_checkpoint", "from_folder", "LIMITS", "cache_mb", "model_mb", "Recipe", "RECIPES", "names", "load",
+__all__ = ["Model", "random_model", "from_checkpoint", "folder_weights", "from_folder", "LIMITS", "cache_mb", "model_mb", "Recipe", "RECIPES", "names", "load",
            "snapshot_steps", "load_snapshot", "history"]
 
 # Models of each kind kept at once; the least recently used goes first. Their sizes are bounded too: ``cache_mb``.
@@ -65,12 +65,18 @@ def from_checkpoint(data: bytes) -> tuple[str, Model]:
     return digest, _cached(("upload", digest, str(DEVICE)), lambda: io.load(data))
 
 
+def folder_weights(path: Path) -> Path:
+    """The weights file of a models-folder entry: a Hugging Face directory's ``model.safetensors``, or the
+    mechlib checkpoint itself."""
+    return path / "model.safetensors" if path.is_dir() else path
+
+
 def from_folder(path: Path, admit: Callable[[], AbstractContextManager] = nullcontext) -> Model:
     """The shared read-only model at ``path``: a Hugging Face GPT-2 directory (``hf.from_transformers``) or a
     mechlib checkpoint file (``io.load``), both checked before anything is built. Cached under the path and its
     weights' size and modification time, so a file replaced on disk is read again; ``admit()`` as in
     ``random_model``."""
-    weights = (path / "model.safetensors" if path.is_dir() else path).stat()
+    weights = folder_weights(path).stat()
 
     def build() -> Model:
         with admit():

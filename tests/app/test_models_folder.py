@@ -50,6 +50,15 @@ def test_the_folder_lists_its_models_by_name_with_their_kind_and_size(named):
     assert listed["tiny-gpt2"].label == "folder: tiny-gpt2"
 
 
+def test_a_model_is_found_again_by_its_listed_name_and_by_no_other(named):
+    listed = {entry.name: entry for entry in models_folder.entries()}
+    assert all(models_folder.find(name) == entry for name, entry in listed.items())
+    outside = named.parent / "outside.safetensors"
+    shutil.copy(named / "one-layer.safetensors", outside)
+    for name in ("notes.txt", "half-copied", "gone", "", ".", "..", "../outside.safetensors", str(outside)):
+        assert models_folder.find(name) is None, name
+
+
 def test_no_setting_lists_nothing(monkeypatch, tmp_path):
     monkeypatch.delenv(models_folder.SETTING, raising=False)
     assert models_folder.folder() is None and models_folder.entries() == []

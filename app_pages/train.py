@@ -8,6 +8,7 @@ import streamlit as st
 
 from classroom import activity, pages, training_queue, trainings
 from classroom.admission import BudgetError, require_budget
+from classroom.attention_text import attention_text
 from classroom.experiments import compute
 from classroom.layout import beside, figure, prose, show
 from classroom.part import record
@@ -15,7 +16,7 @@ from classroom.questions import answer_line, ask
 from classroom.session import add_session_model, session_id
 from classroom.text import literal
 from classroom.widgets import select_slider, slider
-from mechlib import data, figures, induction, train, zoo
+from mechlib import circuits, data, figures, induction, train, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.io import CheckpointError
@@ -151,8 +152,10 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
     preset = task == PRESET.name
     digest, shared = zoo.from_checkpoint(model)
     circuit = compute(induction.induction_circuit, shared, key=("session", digest)) if preset else None
+    labels = data.token_labels(shared.tokenizer, reports[-1].watched)  # the watched sequence, for the hover view
     st.session_state["last_trained"] = {"label": label, "history": history, "seconds": seconds, "last": reports[-1],
-                                        "length": length, "preset": preset, "circuit": circuit, "code": code}
+                                        "labels": labels, "length": length, "preset": preset, "circuit": circuit,
+                                        "code": code}
     if preset:  # Circuits: two layers opens on this model (the sidebar selects it)
         st.session_state[pages.circuits_model_key("attn-only-2l")] = pages.SIDEBARS_MODEL
     st.rerun()
@@ -267,6 +270,14 @@ def trained_last() -> None:
     with right:
         figure(figures.training_curves(history), "training curves",
                last["code"] + "\nfig = figures.training_curves(result.history)")
+    if left:
+        layers, heads = report.patterns.shape[:2]
+        names = [circuits.head_label(layer, head) for layer in range(layers) for head in range(heads)]
+        first = last["circuit"].induction if last["preset"] and last["circuit"].found else names[0]
+        attention_text("Every head at the last step, on the watched sequence's tokens: point at (or tap) a token of "
+                       "the second copy. A previous-token head shades the token just before it, an induction head "
+                       "the token after its earlier copy.", report.patterns.reshape(-1, *report.patterns.shape[2:]),
+                       last["labels"], names, names.index(first), len(report.watched) - 1, key="hover trained")
     record("steps", str(final["step"]))
     record("final loss (nats per token)", f"{final['loss']:.3f}")
     record("second-repeat loss (nats per token)", f"{final['repeat_loss']:.3f}")

@@ -43,6 +43,7 @@ class Progress:
     elapsed_s: float            # since the first step, evaluations included
     evaluation_s: float         # of which spent in evaluations
     patterns: np.ndarray | None = None  # [layer head query_pos key_pos]: every head's attention on the watched sequence
+    watched: tuple[int, ...] = ()       # that sequence's ids (``watch_sequence``); empty when nothing is watched
 
 
 @dataclass
@@ -117,6 +118,7 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
         evaluate = lambda: induction.evaluate(model)  # noqa: E731
     result, start, evaluation_s = TrainResult(model), time.perf_counter(), 0.0
     watched = None if watch is None else watch_sequence(cfg.d_vocab, watch)                # [1 1 + 2·watch]
+    watched_ids = () if watched is None else tuple(watched[0].tolist())
 
     def checkpoint(step: int) -> None:
         if checkpoint_every and checkpoint_dir is not None and step % checkpoint_every == 0:
@@ -143,7 +145,8 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
             model.train()
             evaluation_s += time.perf_counter() - began
             result.history.append({"step": step, "loss": loss.item(), **metrics})
-            progress = Progress(step, steps, loss.item(), metrics, time.perf_counter() - start, evaluation_s, patterns)
+            progress = Progress(step, steps, loss.item(), metrics, time.perf_counter() - start, evaluation_s, patterns,
+                                watched_ids)
             if on_progress is not None:
                 on_progress(progress)
             if until is not None and until(progress):

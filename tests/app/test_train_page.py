@@ -46,6 +46,8 @@ def test_the_preset_forms_an_induction_circuit_drawn_live_and_offers_it_to_the_c
     last = at.session_state["last_trained"]
     report = last["last"]
     assert last["preset"] and at.session_state["model"] == last["label"] and report.patterns.shape == (2, 1, 33, 33)
+    watched = train.watch_sequence(train.INDUCTION_PRESET.cfg.d_vocab, last["length"])  # [1 33]
+    assert report.watched == tuple(watched[0].tolist()) and len(last["labels"]) == 33  # the hover view's tokens
     message = next(s.value for s in at.success if "The circuit check finds it" in s.value)
     steps, seconds, induction, previous = re.search(
         r"Training stopped at step ([\d,]+) after ([\d.]+) s \(evaluations included\): induction score (\d\.\d\d), "

@@ -4,6 +4,8 @@ charts, reacts to a slider."""
 import re
 import time
 
+import numpy as np
+
 from tests.browser.conftest import ARTIFACTS, wait_for_app
 
 
@@ -103,6 +105,7 @@ def test_the_preset_forms_an_induction_head_live_and_opens_on_the_circuits_page(
     label = sidebar.locator('input[aria-label="model"]').input_value()
     assert re.match(r"trained [a-z2-7]{16}: watch an induction head form", label), label
     save_whole_page(page, "train", height=1500, charts=2)
+    hovered_induction_head(page)
     page.get_by_text("Read its circuit on Circuits: two layers").click()
     page.get_by_role("button", name="Reveal the answer").first.click()  # the ablation question (the page's first,
     # before activation patching's) hides the circuit
@@ -121,6 +124,23 @@ def test_the_preset_forms_an_induction_head_live_and_opens_on_the_circuits_page(
     student.get_by_text(f"The circuit, as found in {label}").wait_for(timeout=120_000)
     assert no_exception(student)
     context.close()
+
+
+def hovered_induction_head(page) -> None:
+    """The trained model's hover view: pointing at a token of the watched sequence's second copy, the induction head
+    the circuit check named shades the token after that token's earlier copy most, at most such tokens."""
+    induction = re.search(r"(L\d+H\d+) an induction head", page.inner_text("body"))[1]
+    page.wait_for_selector(".attention-text .token", timeout=30_000)  # the component mounts after the charts
+    line = page.locator(".attention-text .line", has=page.locator(".name", has_text=re.compile(f"^{induction}$")))
+    tokens = line.locator(".token")
+    length = (tokens.count() - 1) // 2  # <bos>, a segment, the segment again
+    hits = 0
+    for dest in range(length + 1, 2 * length + 1):
+        tokens.nth(dest).hover()
+        weights = tokens.evaluate_all("spans => spans.map(span => +span.dataset.weight)")
+        assert abs(sum(weights) - 1) < 2e-3 and not any(weights[dest + 1:])  # a causal pattern's row
+        hits += int(np.argmax(weights)) == dest - length + 1
+    assert hits > length // 2, (induction, hits, length)
 
 
 def test_your_own_model_trains_and_shows_live_curves(page, server):

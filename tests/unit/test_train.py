@@ -118,8 +118,9 @@ def test_watching_records_every_heads_pattern_on_the_watched_sequence_at_each_ev
     seen = []
     result = train.train(CFG, DATA, 20, eval_every=10, watch=5, on_progress=seen.append)
     assert [p.patterns.shape for p in seen] == [(2, 2, 11, 11)] * 2
+    assert all(p.watched == tuple(watch[0].tolist()) for p in seen)  # the ids the patterns are on
     _, cache = result.model.run_with_cache(watch)
     assert np.allclose(seen[-1].patterns[1, 0], cache["blocks.1.attn.hook_pattern"][0, 0].numpy())
     quiet = []
     train.train(CFG, DATA, 10, eval_every=10, on_progress=quiet.append)
-    assert quiet[0].patterns is None  # nothing watched: nothing drawn
+    assert quiet[0].patterns is None and quiet[0].watched == ()  # nothing watched: nothing drawn

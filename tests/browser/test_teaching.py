@@ -25,10 +25,20 @@ def settle(page) -> None:
 
 
 def open_expanders(page) -> None:
-    """Open every closed expander of the main area, so the widgets inside ("Under the hood") can be reached."""
+    """Open every closed expander of the main area, so the widgets inside ("Under the hood") can be reached, and
+    let what they hold mount: a widget registers its link binding in an effect after it first paints, and a key
+    pressed before that changes the widget but not the address (a CI run lost "show the fast implementation" from
+    the link so, on a machine busy drawing the charts)."""
     closed = main(page).locator("details:not([open]) > summary")
+    opened = closed.count()
     while closed.count():  # the locator is live: an opened one leaves it, so always open the first left
         closed.first.click()
+    if opened:
+        page.evaluate(FRAMES)
+        settle(page)
+
+
+FRAMES = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 0))))"
 
 
 def main(page):

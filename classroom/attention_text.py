@@ -1,7 +1,12 @@
 """Attention you can hover, the view CircuitsVis made familiar: a layer's pattern drawn on its tokens as text.
 Pointing at (or tapping) a destination token shades every source token by the attention that destination pays it,
 for one head or for every head at once (a line each). The browser draws it from the pattern sent with it: no CDN,
-no rerun while the pointer moves. Each token carries its weight (``data-weight``) for a test to read."""
+no rerun while the pointer moves. Each token carries its weight (``data-weight``) for a test to read.
+
+The pattern travels packed (``packed``): the causal half of each head's [query key] square, 16 bits a weight, in
+base64: GPT-2 small's 144 heads on 33 tokens are 215 KB a rerun, where the weights as JSON numbers were 3.2 MB."""
+
+import base64
 
 import numpy as np
 import streamlit as st
@@ -9,9 +14,9 @@ import streamlit as st
 from classroom.layout import prose
 from classroom.slides import own_slide, presenting
 
-__all__ = ["attention_text"]
+__all__ = ["attention_text", "packed"]
 
-DIGITS = 4  # of each weight sent: the shading cannot show more
+LEVELS = 65_535  # a weight is sent as one of these steps of 1 / 65,535: the shading shows 255
 
 CSS = """
 .attention-text { font-family: "Source Sans Pro", sans-serif; font-size: var(--size); color: #31333f; }
@@ -29,7 +34,11 @@ CSS = """
 
 JS = """
 export default function ({ data, parentElement }) {
-  const { tokens, heads, patterns, size } = data;
+  const { tokens, heads, size } = data;
+  const packed = Uint8Array.from(atob(data.patterns), (c) => c.charCodeAt(0));
+  const view = new DataView(packed.buffer), square = tokens.length * (tokens.length + 1) / 2;
+  // head h's weight from query q to key k <= q: row q of its causal half starts at q (q + 1) / 2
+  const pattern = (h, q, k) => view.getUint16(2 * (h * square + q * (q + 1) / 2 + k), true) / data.levels;
   let root = parentElement.querySelector(".attention-text");
   if (!root) {
     root = document.createElement("div");
@@ -61,7 +70,7 @@ export default function ({ data, parentElement }) {
   function shade() {
     for (const span of body.querySelectorAll(".token")) {
       const h = Number(span.dataset.head), k = Number(span.dataset.pos);
-      const weight = k <= state.dest ? patterns[h][state.dest][k] : 0;
+      const weight = k <= state.dest ? pattern(h, state.dest, k) : 0;
       span.dataset.weight = weight.toFixed(4);
       span.style.background = `rgba(31, 119, 180, ${weight})`;
       span.style.color = weight > 0.5 ? "white" : "#31333f";
@@ -114,5 +123,13 @@ def attention_text(about: str, patterns: np.ndarray, labels: list[str], heads: l
     ``head``'s alone: a slide holds one line of large text."""
     with own_slide():
         prose(about)
-        HOVER(data={"tokens": labels, "heads": heads, "patterns": np.round(patterns, DIGITS).tolist(), "dest": dest,
+        HOVER(data={"tokens": labels, "heads": heads, "patterns": packed(patterns), "levels": LEVELS, "dest": dest,
                     "size": 24 if presenting() else 16, "head": str(head) if presenting() else "all"}, key=key)
+
+
+def packed(patterns: np.ndarray) -> str:
+    """[head query_pos key_pos] causal patterns as base64: each head's weights at key ≤ query, row by row, as
+    little-endian 16-bit steps of 1 / LEVELS."""
+    query, key = np.tril_indices(patterns.shape[-1])                       # row-major: row q holds keys 0 … q
+    steps = np.rint(np.clip(patterns[:, query, key], 0, 1) * LEVELS)      # [head positions·(positions + 1)/2]
+    return base64.b64encode(steps.astype("<u2").tobytes()).decode("ascii")

@@ -9,7 +9,7 @@ from classroom.experiments import compute
 from classroom.layout import figure, prose, show, table
 from classroom.questions import predict
 from classroom.widgets import select_slider
-from mechlib import checks, circuits, data, figures, induction, zoo
+from mechlib import checks, data, figures, induction, zoo
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship
 JUMP_RANGES = 5  # the question's options: the checkpoints cut into this many ranges of steps
@@ -58,12 +58,9 @@ def at_step() -> None:
     title = f"Every head at step {step:,}"
     figure(figures.patterns_grid(snap.patterns, title), "patterns at this step",
            f"fig = figures.patterns_grid(result.patterns, {title!r})", using=induction.snapshot_at)
-    layers, heads = snap.patterns.shape[:2]
-    labels = data.token_labels(zoo.load(PHASE_MODEL).tokenizer, snap.example)
-    names = [circuits.head_label(layer, head) for layer in range(layers) for head in range(heads)]
     attention_text("The same patterns on the sequence's tokens: point at (or tap) a token of the second copy.",
-                   snap.patterns.reshape(-1, *snap.patterns.shape[2:]), labels,
-                   names, names.index(ind_head), len(snap.example) - 1, key="hover step")
+                   snap.patterns, data.token_labels(zoo.load(PHASE_MODEL).tokenizer, snap.example), ind_head,
+                   len(snap.example) - 1, key="hover step")
 
 
 show([(f"The phase change: when induction heads form in {PHASE_MODEL}", training),

@@ -69,8 +69,8 @@ def heads() -> None:
            f"fig = figures.patterns_grid(result.patterns, {title!r})")
     attention_text("The same patterns on the sequence's tokens: point at (or tap) a token of the second copy. A "
                    "previous-token head shades the token just before it; an induction head the token after its "
-                   "earlier copy.", t.patterns.reshape(-1, *t.patterns.shape[2:]),
-                   data.token_labels(model.tokenizer, t.example), t.heads, 0, len(t.example) - 1, key="hover heads")
+                   "earlier copy.", t.patterns, data.token_labels(model.tokenizer, t.example), None, len(t.example) - 1,
+                   key="hover heads")
     prev = t.scores["prev_token"].flatten()
     if not exercise("previous-token head", "Find the previous-token head in this model: a head that puts at least "
              f"{checks.PREV_TOKEN_MIN} of its attention on the position just before the query. Read the patterns "

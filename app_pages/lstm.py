@@ -84,11 +84,9 @@ def gates_and_patterns() -> None:
         title = f"{analogy.TRANSFORMER}'s attention patterns"
         figure(figures.patterns_grid(view.patterns, title), "attention patterns",
                VIEW + f"fig = figures.patterns_grid(result.patterns, {title!r})")
-    layers, heads = view.patterns.shape[:2]
     attention_text(f"{analogy.TRANSFORMER}'s patterns on the text: point at (or tap) a character to shade what each "
-                   "head reads from there.", view.patterns.reshape(-1, *view.patterns.shape[2:]), view.labels,
-                   [f"L{layer}H{head}" for layer in range(layers) for head in range(heads)], 0,
-                   len(view.labels) - 1, key="hover lstm page")
+                   "head reads from there.", view.patterns, view.labels, None, len(view.labels) - 1,
+                   key="hover lstm page")
 
 
 def gates_and_messages() -> None:

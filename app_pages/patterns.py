@@ -13,7 +13,7 @@ from classroom.session import current_model, input_tokens
 from classroom.slides import controls
 from classroom.text import check_line, literal
 from classroom.widgets import slider
-from mechlib import data, figures, patterns
+from mechlib import circuits, data, figures, patterns
 from mechlib.checks import EFFECTIVE_SHARE, RANK_ZERO
 
 st.title("Patterns and messages")
@@ -132,8 +132,8 @@ def pattern_matching() -> None:
                "scores", 'fig = figures.pattern_heatmap(result.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", '
                'scores=True)')
     attention_text(f"The same patterns on the text, every head of layer {layer}: point at a token (or tap it) to "
-                   "shade the tokens it attends to by their weight.", scores.layer_patterns, labels,
-                   [f"L{layer}H{h}" for h in range(cfg.n_heads)], head, dest, key="hover")
+                   "shade the tokens it attends to by their weight.", scores.layer_patterns[None], labels,
+                   circuits.head_label(layer, head), dest, key="hover", first_layer=layer)
 
 
 def message_passing() -> None:

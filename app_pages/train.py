@@ -16,7 +16,7 @@ from classroom.questions import answer_line, ask
 from classroom.session import add_session_model, session_id
 from classroom.text import literal
 from classroom.widgets import select_slider, slider
-from mechlib import circuits, data, figures, induction, train, zoo
+from mechlib import data, figures, induction, train, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.io import CheckpointError
@@ -271,13 +271,11 @@ def trained_last() -> None:
         figure(figures.training_curves(history), "training curves",
                last["code"] + "\nfig = figures.training_curves(result.history)")
     if left:
-        layers, heads = report.patterns.shape[:2]
-        names = [circuits.head_label(layer, head) for layer in range(layers) for head in range(heads)]
-        first = last["circuit"].induction if last["preset"] and last["circuit"].found else names[0]
+        first = last["circuit"].induction if last["preset"] and last["circuit"].found else None
         attention_text("Every head at the last step, on the watched sequence's tokens: point at (or tap) a token of "
                        "the second copy. A previous-token head shades the token just before it, an induction head "
-                       "the token after its earlier copy.", report.patterns.reshape(-1, *report.patterns.shape[2:]),
-                       last["labels"], names, names.index(first), len(report.watched) - 1, key="hover trained")
+                       "the token after its earlier copy.", report.patterns, last["labels"], first,
+                       len(report.watched) - 1, key="hover trained")
     record("steps", str(final["step"]))
     record("final loss (nats per token)", f"{final['loss']:.3f}")
     record("second-repeat loss (nats per token)", f"{final['repeat_loss']:.3f}")

@@ -13,6 +13,7 @@ import streamlit as st
 
 from classroom.layout import prose
 from classroom.slides import own_slide, presenting
+from mechlib.circuits import head_label
 
 __all__ = ["attention_text", "packed"]
 
@@ -115,16 +116,19 @@ export default function ({ data, parentElement }) {
 HOVER = st.components.v2.component("attention_text", css=CSS, js=JS)
 
 
-def attention_text(about: str, patterns: np.ndarray, labels: list[str], heads: list[str], head: int, dest: int,
-                   key: str) -> None:
-    """``about`` (Markdown), then a layer's ``patterns`` [head query_pos key_pos] on its tokens' ``labels``, one line
-    per head of ``heads`` (or one head, chosen above them), shaded first from the destination ``dest``. In
-    presentation mode they are a slide of their own, the text 24 px (16 px otherwise), and the line shown first is
-    ``head``'s alone: a slide holds one line of large text."""
+def attention_text(about: str, patterns: np.ndarray, labels: list[str], first: str | None, dest: int, key: str,
+                   first_layer: int = 0) -> None:
+    """``about`` (Markdown), then ``patterns`` [layer head query_pos key_pos] (of layers ``first_layer``, … on) on
+    their tokens' ``labels``, one line per head ("L0H0", …; or one head, chosen above them), shaded first from the
+    destination ``dest``. In presentation mode they are a slide of their own, the text 24 px (16 px otherwise), and
+    the line shown first is head ``first``'s alone (None: the first head): a slide holds one line of large text."""
+    layers, heads = patterns.shape[:2]
+    names = [head_label(first_layer + layer, head) for layer in range(layers) for head in range(heads)]
     with own_slide():
         prose(about)
-        HOVER(data={"tokens": labels, "heads": heads, "patterns": packed(patterns), "levels": LEVELS, "dest": dest,
-                    "size": 24 if presenting() else 16, "head": str(head) if presenting() else "all"}, key=key)
+        HOVER(data={"tokens": labels, "heads": names, "patterns": packed(patterns.reshape(-1, *patterns.shape[2:])),
+                    "levels": LEVELS, "dest": dest, "size": 24 if presenting() else 16,
+                    "head": str(names.index(first) if first else 0) if presenting() else "all"}, key=key)
 
 
 def packed(patterns: np.ndarray) -> str:

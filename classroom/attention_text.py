@@ -17,12 +17,14 @@ from mechlib.circuits import head_label
 
 __all__ = ["attention_text", "packed"]
 
+PAGE_PX = {"size": 16, "small": 14}   # the tokens, and the buttons and the caption: a page's text and its captions
+SLIDE_PX = {"size": 24, "small": 24}  # on a slide every text is at least 24 px
 LEVELS = 65_535  # a weight is sent as one of these steps of 1 / 65,535: the shading shows 255
 
 CSS = """
 .attention-text { font-family: "Source Sans Pro", sans-serif; font-size: var(--size); color: #31333f; }
 .attention-text .heads { display: flex; flex-wrap: wrap; gap: 6px; margin-bottom: 10px; }
-.attention-text button { font: inherit; font-size: calc(var(--size) * 0.9); padding: 2px 10px; cursor: pointer;
+.attention-text button { font: inherit; font-size: var(--small); padding: 2px 10px; cursor: pointer;
   border: 1px solid #d5d7de; border-radius: 6px; background: white; color: #31333f; }
 .attention-text button[aria-pressed="true"] { background: #1f77b4; border-color: #1f77b4; color: white; }
 .attention-text .line { display: flex; flex-wrap: wrap; align-items: baseline; gap: 3px 2px; margin: 4px 0; }
@@ -30,12 +32,12 @@ CSS = """
 .attention-text .token { padding: 1px 3px; border-radius: 3px; cursor: default; white-space: pre;
   outline-offset: 1px; }
 .attention-text .token.destination { outline: 2px solid #d62728; }
-.attention-text .caption { color: #555867; font-size: calc(var(--size) * 0.85); margin-top: 6px; }
+.attention-text .caption { color: #555867; font-size: var(--small); margin-top: 6px; }
 """
 
 JS = """
 export default function ({ data, parentElement }) {
-  const { tokens, heads, size } = data;
+  const { tokens, heads } = data;
   const packed = Uint8Array.from(atob(data.patterns), (c) => c.charCodeAt(0));
   const view = new DataView(packed.buffer), square = tokens.length * (tokens.length + 1) / 2;
   // head h's weight from query q to key k <= q: row q of its causal half starts at q (q + 1) / 2
@@ -46,7 +48,8 @@ export default function ({ data, parentElement }) {
     root.className = "attention-text";
     parentElement.appendChild(root);
   }
-  root.style.setProperty("--size", size + "px");
+  root.style.setProperty("--size", data.size + "px");
+  root.style.setProperty("--small", data.small + "px");
   const state = { head: root.dataset.head ?? data.head, dest: data.dest };
   if (state.head !== "all" && !(Number(state.head) < heads.length)) state.head = "all";
   root.replaceChildren();
@@ -127,7 +130,7 @@ def attention_text(about: str, patterns: np.ndarray, labels: list[str], first: s
     with own_slide():
         prose(about)
         HOVER(data={"tokens": labels, "heads": names, "patterns": packed(patterns.reshape(-1, *patterns.shape[2:])),
-                    "levels": LEVELS, "dest": dest, "size": 24 if presenting() else 16,
+                    "levels": LEVELS, "dest": dest, **(SLIDE_PX if presenting() else PAGE_PX),
                     "head": str(names.index(first) if first else 0) if presenting() else "all"}, key=key)
 
 

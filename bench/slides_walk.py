@@ -38,7 +38,10 @@ MEASURE = """([textPx, headingPx]) => {
   const H = innerHeight, W = innerWidth, small = [];
   const visible = r => r.width > 0 && r.height > 0 && r.bottom > 0 && r.top < H && r.right > 0 && r.left < W;
   let smallest = Infinity, count = 0;
-  for (const el of document.querySelectorAll('body *')) {
+  const elements = [];  // the page's, and those inside components' shadow roots (querySelectorAll stops at them)
+  const walk = root => { for (const el of root.querySelectorAll('*')) { elements.push(el); if (el.shadowRoot) walk(el.shadowRoot); } };
+  walk(document.body);
+  for (const el of elements) {
     if (el.closest('[data-testid="stSidebar"][aria-expanded="false"], [data-testid="stHeader"], script, style'))
       continue;
     if (el.closest('.katex') && !el.classList.contains('katex')) continue;   // math keeps its relative sizes

@@ -154,10 +154,25 @@ def read_linked_model(asked: str, options: list[str], label: Callable[[str], str
     st.rerun()
 
 
+def teachers_model() -> None:
+    """A follower's model set to the label of the teacher's trained or uploaded model (``live._move`` sets the
+    model's setting to the teacher's value): opened from the server's store, as a link's would be; one that cannot
+    be opened is said, and the default model shown."""
+    held = st.session_state.get("model")
+    if not (isinstance(held, str) and (linked := LINKED.match(held))) or held in st.session_state["session_models"]:
+        return
+    try:
+        add_session_model(linked["kind"], "", STORE.get(linked["id"]).data)
+    except StoreError as error:
+        st.session_state["url_notes"] = [f"The teacher's model “{quoted(held)}” cannot be opened here: {error}. The "
+                                         "default model is shown instead, so your screen differs from the teacher's."]
+
+
 def model_picker() -> None:
     """Zoo models, a random model from sizes, and this session's trained or uploaded models."""
     shipped = [name for name in zoo.names() if zoo.path(name).exists() and isinstance(zoo.RECIPES[name].cfg, ModelConfig)]
     session = st.session_state.setdefault("session_models", {})
+    teachers_model()
     folder = {entry.label: entry for entry in models_folder.entries()}
     options = shipped + ["random"] + list(folder) + list(session)
     default = DEFAULT_MODEL if DEFAULT_MODEL in shipped else "random"  # what a fresh session shows: the URL omits it
@@ -171,9 +186,13 @@ def model_picker() -> None:
 
     if "select_model" in st.session_state:
         st.session_state["model"] = st.session_state.pop("select_model")
-    if st.session_state.get("model") not in options:  # a label (the teacher's address, for a follower), or gone
-        st.session_state["model"] = {label(option): option for option in options}.get(st.session_state.get("model"),
-                                                                                       default)
+    if (held := st.session_state.get("model")) not in options:  # a label (the teacher's, for a follower), or gone
+        st.session_state["model"] = {label(option): option for option in options}.get(held, default)
+        gone = held is not None and held not in map(label, options)
+        if gone and live.following() and "url_notes" not in st.session_state:
+            st.session_state["url_notes"] = [f"The teacher's model “{quoted(str(held))}” is not on this server, so "
+                                             "the default model is shown instead and your screen differs from the "
+                                             "teacher's."]
     picked = st.selectbox("model", options, options.index(default), key="model", bind="query-params", format_func=label)
     if picked in shipped:
         st.session_state["model_choice"] = ("zoo", picked)
@@ -227,12 +246,12 @@ groups: dict[str, list[st.Page]] = {}
 for page in pages.PAGES:
     groups.setdefault(page.group, []).append(PAGE_FILES[page.file])
 navigation = st.navigation(groups)
-live.join_from_link()
+live.join_from_link(navigation.url_path)
 with st.sidebar:
     sidebar()
-slides.chrome(next(page for page in PAGE_FILES if PAGE_FILES[page] is navigation))
+slides.chrome(next(page for page in PAGE_FILES if PAGE_FILES[page] is navigation), live.showing_join())
 url_notes()
-live.join_card()
+live.join_banner()
 activity.run_started(session_id())
 try:
     navigation.run()

@@ -3,17 +3,17 @@ minutes for a 50-minute class and a two-hour lab, one link per page, and what mo
 
 import streamlit as st
 
-from classroom import lessons, pages
+from classroom import lessons, live, pages
 from classroom.layout import prose
 from classroom.slides import presenting
 
 
-def lesson_path() -> None:
-    """Each step as a link that opens its page at its first stop, with its minutes and what the class does."""
+def lesson_path(minutes: bool = True) -> None:
+    """Each step as a link that opens its page at its first stop, with its ``minutes`` and what the class does."""
     for number, step in enumerate(lessons.STEPS, 1):
-        minutes = f"{step.class_minutes} min in class" if step.class_minutes else "lab only"
-        st.page_link(step.pages[0], label=f"Step {number}: {step.topic} ({minutes}, {step.lab_minutes} min in the lab)",
-                     icon=":material/arrow_forward:")
+        spent = f"{step.class_minutes} min in class" if step.class_minutes else "lab only"
+        st.page_link(step.pages[0], icon=":material/arrow_forward:", label=f"Step {number}: {step.topic}"
+                     + (f" ({spent}, {step.lab_minutes} min in the lab)" if minutes else ""))
         if not presenting():
             st.caption(f"{step.activity} Readings {', '.join(step.readings)}.")
 
@@ -22,7 +22,14 @@ st.title("Addition Machines")
 if presenting():  # the title slide: the lesson's steps on the first screen; Next opens the first
     st.markdown(f"**Transformer circuits, computed live.** A {lessons.CLASS_MINUTES}-minute class in "
                 f"{len(lessons.STEPS)} steps; **Next** walks every slide of every step.")
-    lesson_path()
+    if live.showing_join():  # a live class: how to join, in a column of the slide's own; the steps without minutes
+        steps, card = st.columns([3, 2], gap="large")
+        with steps:
+            lesson_path(minutes=False)
+        with card:
+            live.join_card(qr_px=220, beside=False)
+    else:
+        lesson_path()
 else:
     prose(
         "A lab for the mathematical framework of transformer circuits. Every page runs a real model on this server "

@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-from classroom import activity, pages, training_queue, trainings
+from classroom import activity, live, pages, training_queue, trainings
 from classroom.admission import BudgetError, require_budget
 from classroom.attention_text import attention_text
 from classroom.experiments import compute
@@ -162,6 +162,9 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
 
 
 st.title("Train a transformer")
+if live.following():
+    st.info("A training is drawn on the screen of whoever presses its button: your teacher's curves are on their "
+            "screen, and the model they train opens here, in your sidebar, once it is done.", icon=":material/groups:")
 task = st.radio("what to train", [PRESET.name, "your own model"], key="t_task", horizontal=True, bind="query-params")
 seed = st.session_state["seed"]
 if task == PRESET.name:

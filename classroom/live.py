@@ -8,16 +8,17 @@ its browser clicking the link itself (``_follow_link``). The teacher's token arr
 (``?teacher=``), moves into the session at once and leaves the address, which the projector shows."""
 
 import time
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import segno
 import streamlit as st
 
-from classroom import shared, slides
+from classroom import pages, public_address, shared, slides
 from classroom.rooms import Question, RoomError, Rooms, View, question_id, random_name, typed_code
+from classroom.text import literal
 
 __all__ = ["ROOM", "TEACHER", "POLL_S", "rooms", "code", "leading", "following", "join_from_link", "panel",
-           "join_card", "publish", "room_question"]
+           "join_card", "join_banner", "showing_join", "publish", "room_question"]
 
 ROOM = "room"          # the URL key naming the room: students' links carry it
 TEACHER = "teacher"    # the URL key of the teacher's link: the token
@@ -60,7 +61,8 @@ def _student() -> str:
 
 
 def _join(typed: str, token: str | None = None) -> None:
-    """Join the room ``typed`` names (as the teacher when ``token`` is its token); raises ``RoomError``."""
+    """Join the room ``typed`` names (as the teacher when ``token`` is its token); raises ``RoomError``. A student
+    takes the teacher's view at the start of the next full run (``_arrive``)."""
     room = typed_code(typed)
     rooms().require(room)
     st.session_state["room code"] = room
@@ -69,56 +71,87 @@ def _join(typed: str, token: str | None = None) -> None:
         rooms().claim(room, token, _student())
     st.session_state["room leads"] = bool(_token())
     st.session_state.pop("room version", None)
+    st.session_state["room arrive"] = not _token()
     st.query_params[ROOM] = room
 
 
-def join_from_link() -> None:
-    """At the start of every full run, before any widget: a follower's move to the teacher's view takes its
-    settings (``_move``) and a move by link is over (``_by_link``); a link's ``?room=`` joins its room
-    (``?teacher=`` as its teacher), once, and the token leaves the address. An unknown or expired code is said
-    above the page and dropped from the address."""
+def join_from_link(page: str) -> None:
+    """At the start of every full run on ``page`` (its URL path), before any widget: a follower's move to the
+    teacher's view takes its settings (``_move``, ``_apply``) and a move by link is over (``_by_link``); a link's
+    ``?room=`` joins its room (``?teacher=`` as its teacher), once, and the token leaves the address; a student who
+    has just joined takes the teacher's view before anything is drawn (``_arrive``). An unknown or expired code is
+    said above the page and dropped from the address."""
+    st.session_state["room page"] = page
     st.session_state.pop("room move", None)
-    for key, value in st.session_state.pop("room go", {}).items():
-        if value is None:
-            st.session_state.pop(key, None)
-        else:
-            st.session_state[key] = value
+    _apply(*st.session_state.pop("room go", ({}, {})))
     if _holds_token():
         st.session_state["room leads"] = rooms().leader(code()) == _student()
     linked, token = st.query_params.get(ROOM), st.query_params.get(TEACHER)
     if TEACHER in st.query_params:
         del st.query_params[TEACHER]
-    if linked is None or (typed_code(linked) == code() and token is None):
+    if linked is not None and (typed_code(linked) != code() or token is not None):
+        try:
+            _join(linked, token)
+        except RoomError as error:
+            del st.query_params[ROOM]
+            st.session_state["url_notes"] = [f"The link's class: {error}."]
+    if st.session_state.pop("room arrive", False) and following():
+        _arrive(page)
+
+
+def _apply(settings: dict[str, object], texts: dict[str, str]) -> None:
+    """A move's settings (None: forgotten), and the values the teacher's address gives the widgets that were not
+    drawn when the move was decided (``texts``): set for those this session has drawn since (the first run after a
+    join draws its widgets after its look, say), whose values a link's address no longer changes."""
+    for key, value in settings.items():
+        if value is None:
+            st.session_state.pop(key, None)
+        else:
+            st.session_state[key] = value
+    for key, text in texts.items():
+        if st.session_state.get(key) is not None:
+            st.session_state[key] = _as_value(st.session_state[key], text)
+
+
+def _arrive(page: str) -> None:
+    """A student who has just joined takes the teacher's view at once, presentation mode included, before this run
+    draws anything: its settings, and the teacher's page and address (``st.switch_page``: in a session's first
+    run no look of the room's is on its way, which a switch would have the browser answer under the page left)."""
+    view = rooms().view(code())
+    st.session_state["room version"] = rooms().version(code())
+    if view is None or view == _my_view(page):
         return
-    try:
-        _join(linked, token)
-    except RoomError as error:
-        del st.query_params[ROOM]
-        st.session_state["url_notes"] = [f"The link's class: {error}."]
+    address, settings, texts = _move(view)
+    _apply(settings, texts)
+    if view.page != page or any(st.query_params.get(key) != text for key, text in address.items()):
+        st.switch_page(pages.at(view.page).file, query_params=address)
 
 
 def _start() -> None:
     room, token = rooms().start(_student())
     st.session_state["room code"], st.session_state["room token"] = room, token
     st.session_state["room leads"] = True
+    st.session_state["room join dialog"] = slides.presenting()
     st.session_state.pop("room version", None)
     st.query_params[ROOM] = room
 
 
 def _leave() -> None:
     for key in ("room code", "room token", "room leads", "room version", "room follow", "room target", "room move",
-                "room go"):
+                "room go", "room arrive", "room join dialog"):
         st.session_state.pop(key, None)
     st.query_params.pop(ROOM, None)
 
 
-def _origin() -> str:
-    parts = urlsplit(st.context.url or "")
-    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else ""
+def _public() -> tuple[str, str | None]:
+    """(the origin students open, a note for the teacher where they cannot): ``public_address.join_origin`` for the
+    teacher's browser's address and the address this server listens on."""
+    return public_address.join_origin(st.context.url or "", st.get_option("server.address"), public_address.setting(),
+                                      public_address.network_address())
 
 
 def join_link(room: str) -> str:
-    return f"{_origin()}/?{urlencode({ROOM: room})}"
+    return f"{_public()[0]}/?{urlencode({ROOM: room})}"
 
 
 def _qr_svg(link: str) -> str:
@@ -126,36 +159,48 @@ def _qr_svg(link: str) -> str:
     return segno.make(link, error="m").svg_inline(scale=8, dark="#111111", light="#ffffff")
 
 
-# In presentation mode the card floats in the slide's lower right corner (its container's documented
-# ``st-key-`` class), over the slide rather than above it: a slide fits the screen's height.
-FLOATING_CARD = """<style>
-.st-key-join-card { position: fixed !important; right: 1.5rem; bottom: 1.5rem; width: 24rem !important;
-  z-index: 999990; background: white; box-shadow: 0 0.25rem 1.5rem rgba(0, 0, 0, 0.25); }
-</style>"""
+def showing_join() -> bool:
+    """Whether the teacher's screen shows how to join (the teacher panel's toggle, on by default)."""
+    return leading() and st.session_state.get("room show join", True)
 
 
-def join_card() -> None:
-    """On the teacher's screen while the teacher shows it: the code in large type, the join link and its QR code;
-    in presentation mode a smaller card over the slide's corner, with its own Hide button."""
-    if not leading() or not st.session_state.get("room show join", True):
+def join_card(qr_px: int, beside: bool) -> None:
+    """How to join, drawn here: the code in large type, the link students open and its QR code (``beside`` the
+    text, else under it); where no other machine can open that link, the teacher is told why."""
+    room = code()
+    origin, note = _public()
+    link = f"{origin}/?{urlencode({ROOM: room})}"
+    text, qr = st.columns([3, 1], vertical_alignment="center") if beside else (st.container(), st.container())
+    with text:
+        st.markdown(f"### Join the class: **{room[:4]} {room[4:]}**")
+        st.markdown(f"Open **{literal(link)}**, or open the app and type the code under *Join a class*.")
+        if note:
+            st.warning(f"{note}.", icon=":material/wifi_off:")
+    qr.image(_qr_svg(link), width=qr_px)
+
+
+@st.dialog("Join the class", width="large")
+def _join_dialog() -> None:
+    join_card(qr_px=320, beside=False)
+
+
+def join_banner() -> None:
+    """On the teacher's screen while it shows how to join: the card above the page; in presentation mode, where a
+    slide fills the screen, the code in the top row (``slides.join_place``), whose button opens the card over the
+    slide until it is closed (and opens it once when a class starts while presenting). The start page's title slide
+    draws the card in its own layout (``join_card``)."""
+    if not showing_join():
+        return
+    if not slides.presenting():
+        with st.container(border=True):
+            join_card(qr_px=180, beside=True)
         return
     room = code()
-    if slides.presenting():
-        st.html(FLOATING_CARD)
-        with st.container(border=True, key="join-card"):
-            st.markdown(f"### Join: **{room[:4]} {room[4:]}**")
-            st.image(_qr_svg(join_link(room)), width=200)
-            st.caption(join_link(room))
-            st.button("Hide", icon=":material/visibility_off:", type="tertiary",
-                      on_click=lambda: st.session_state.update({"room show join": False}))
-        return
-    with st.container(border=True):
-        left, right = st.columns([3, 1], vertical_alignment="center")
-        with left:
-            st.markdown(f"### Join the class: **{room[:4]} {room[4:]}**")
-            st.markdown(f"Open **{join_link(room)}**, or open the app and type the code under *Join a class*.")
-        with right:
-            st.image(_qr_svg(join_link(room)), width=180)
+    slides.join_place().button(f"{room[:4]} {room[4:]}", icon=":material/qr_code_2:", width="stretch",
+                               help="How to join this class: its code, link and QR code",
+                               on_click=lambda: st.session_state.update({"room join dialog": True}))
+    if st.session_state.pop("room join dialog", False):
+        _join_dialog()
 
 
 def _say_error(error: RoomError) -> None:
@@ -168,7 +213,7 @@ def _teacher_panel(room: str) -> None:
     with st.popover("Your teacher's link", icon=":material/key:", width="stretch"):
         st.caption("Opens this class as its teacher in another browser (the projector's). Keep it to yourself: "
                    "it lets its holder move the class and reveal answers.")
-        st.code(f"{_origin()}/?{urlencode({ROOM: room, TEACHER: _token()})}", language=None, wrap_lines=True)
+        st.code(f"{_public()[0]}/?{urlencode({ROOM: room, TEACHER: _token()})}", language=None, wrap_lines=True)
     st.download_button("The class's answers (CSV)", rooms().counts_csv(room), f"class-{room}-answers.csv",
                        "text/csv", icon=":material/download:", width="stretch")
 
@@ -226,7 +271,7 @@ def _watch() -> None:
         for key in ("room move", "room go"):  # a newer view replaces a move the browser has not made
             st.session_state.pop(key, None)
         if view is not None and view != _my_view():
-            address, st.session_state["room go"] = _move(view)
+            address, *st.session_state["room go"] = _move(view)
             if view.page != st.session_state.get("room page") or any(
                     st.query_params.get(key) != text for key, text in address.items()):
                 _by_link(view.page, address)
@@ -264,20 +309,21 @@ def _as_value(current, text: str):
     return text
 
 
-def _move(view: View) -> tuple[dict[str, str], dict[str, object]]:
-    """The address and the session's settings (None: forgotten) of the teacher's view. A setting whose widget this
-    session has drawn is set in the session (the address of a widget bound to it cannot be set); the others go in
-    the address, which a new widget reads. A setting the teacher's address lacks is at its widget's default there:
-    the teacher's value of it (``View.defaults``) where the teacher's session has one, else off for a toggle (every
-    one of the app's starts off) and forgotten for another widget; this session's own settings on that page from
-    an earlier visit included."""
+def _move(view: View) -> tuple[dict[str, str], dict[str, object], dict[str, str]]:
+    """The address, the session's settings (None: forgotten) and the address's values for widgets not yet drawn
+    (``_apply``) of the teacher's view. A setting whose widget this session has drawn is set in the session (the
+    address of a widget bound to it cannot be set); the others go in the address, which a new widget reads. A
+    setting the teacher's address lacks is at its widget's default there: the teacher's value of it
+    (``View.defaults``) where the teacher's session has one, else off for a toggle (every one of the app's starts
+    off) and forgotten for another widget; this session's own settings on that page from an earlier visit
+    included."""
     theirs = dict(view.params)
-    address, settings = {ROOM: code()}, {slides.SUB: view.slide}
+    address, settings, texts = {ROOM: code()}, {slides.SUB: view.slide}, {}
     for key, text in theirs.items():
         if st.session_state.get(key) is not None:
             settings[key] = _as_value(st.session_state[key], text)
         else:
-            address[key] = text
+            address[key] = texts[key] = text
     seen = st.session_state.get("room seen keys", {}).get(view.page, set())  # this session's settings there
     defaults = dict(view.defaults)
     for key in seen | {key for key, _ in _my_view().params}:
@@ -289,14 +335,13 @@ def _move(view: View) -> tuple[dict[str, str], dict[str, object]]:
             settings[key] = False
         else:
             settings[key] = None
-    return address, settings
+    return address, settings, texts
 
 
 def _by_link(page: str, address: dict[str, str]) -> None:
     """The move to ``page`` (its URL path) at ``address``, by the link ``_follow_link`` draws. Should the next full
     run land elsewhere (the student clicked another page first), ``publish`` has the next look make it again."""
-    from classroom.pages import PAGES
-    target = next(each for each in PAGES if each.url_path == page)
+    target = pages.at(page)
     st.session_state["room target"] = page
     st.session_state["room moves"] = st.session_state.get("room moves", 0) + 1
     st.session_state["room move"] = (target.file, target.title, address, st.session_state["room moves"])
@@ -382,15 +427,16 @@ def publish(page: str) -> None:
                 _leave()
 
 
-def room_question(key: str, text: str, options: list[str], accepted, where: str) -> Question | None:
-    """The room's state of this question: asked by the teacher's slide (open until revealed), or as the teacher
-    asked it, for a student. None outside a room, in a teacher's browser that does not lead, and for a student whose
-    teacher has not asked it (exploring)."""
+def room_question(key: str, text: str, options: list[str], accepted, where: str, shown: bool) -> Question | None:
+    """The room's state of this question: asked by the teacher's screen once it shows it (``shown``: in
+    presentation mode, on the slide shown; open until revealed), or as the teacher asked it, for a student. None
+    outside a room, in a teacher's browser that does not lead, for a question the teacher's screen has not shown,
+    and for a student whose teacher has not asked it (exploring)."""
     if code() is None or (_holds_token() and not leading()):
         return None
     qid = question_id(key, text, tuple(options))
     try:
-        if leading():
+        if leading() and shown:
             return rooms().ask(code(), _token(), Question(qid, text, tuple(options), tuple(accepted), where))
         return rooms().question(code(), qid)
     except RoomError:

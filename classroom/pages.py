@@ -62,6 +62,11 @@ TRAIN = Page(
 PAGES = (HOME, EQUIVALENCE, PATTERNS, RESIDUAL, CIRCUITS_ZERO, CIRCUITS_ONE, CIRCUITS_TWO, PHASE_CHANGE, LSTM,
          TRAIN)  # in the navigation's order, each group's pages together
 
+def at(url_path: str) -> Page:
+    """The page at ``url_path`` (its path in the address, "" for the start page)."""
+    return next(page for page in PAGES if page.url_path == url_path)
+
+
 SIDEBARS_MODEL = "the sidebar's model"  # a Circuits page's model choice, beside its zoo model
 
 

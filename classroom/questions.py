@@ -4,20 +4,24 @@ exercises, each graded by the rule its reveal states, its evidence drawn only on
 from collections.abc import Collection
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
-from classroom import live, part, slides
+from classroom import live, pages, part, slides
 from classroom.rooms import Question
 from classroom.slides import presenting, reading
 
 
-def _question_box():
-    """A bordered box for a question, in the part's place for questions: before the evidence that answers it. In
-    presentation mode it is a slide of its own, with its answer once revealed; the evidence follows on the next
-    slides. Reading mode folds it, since the evidence is drawn anyway."""
+def _question_box() -> tuple[DeltaGenerator, bool]:
+    """A bordered box for a question, in the part's place for questions: before the evidence that answers it, and
+    whether it stays on screen (``slides.on_screen``). In presentation mode it is a slide of its own, with its answer
+    once revealed; the evidence follows on the next slides. Reading mode folds it, since the evidence is drawn
+    anyway."""
     where = getattr(part.RUN, "questions", None) or st.container()
     if reading():
-        return where.expander("Predict, then reveal", icon=":material/quiz:")
-    return (slides.place(where) if presenting() else where).container(border=True)
+        return where.expander("Predict, then reveal", icon=":material/quiz:"), True
+    if presenting():
+        where = slides.place(where)
+    return where.container(border=True), slides.on_screen(where)
 
 
 def _asked(key: str, question: str, options: list[str]) -> bool:
@@ -51,9 +55,10 @@ def predict(key: str, question: str, options: list[str], accepted: Collection[st
     every screen (``live``)."""
     assert accepted and set(accepted) <= set(options), (accepted, options)
     revealed = _asked(key, question, options)
-    if (asked := live.room_question(key, question, options, accepted, _where())) is not None:
-        return _room_question(asked, "Predict, then reveal.", "your prediction", why) or reading()
-    with _question_box():
+    box, shown = _question_box()
+    if (asked := live.room_question(key, question, options, accepted, _where(), shown)) is not None:
+        return _room_question(box, shown, asked, "Predict, then reveal.", "your prediction", why) or reading()
+    with box:
         st.markdown(f"**Predict, then reveal.** {question}")
         kept = st.session_state.get(f"guess {key}")
         if revealed and presenting():  # a revealed slide keeps its room for the evidence: the options fold away
@@ -69,24 +74,27 @@ def predict(key: str, question: str, options: list[str], accepted: Collection[st
 
 
 def _where() -> str:
-    """The page and part a question is asked in, for the class's export."""
+    """The page and part a question is asked in, for the class's export: "The residual stream · Logit lens"."""
     collected = part.current()
-    return " · ".join(filter(None, [st.session_state.get("room page") or "start", collected and collected.title]))
+    return " · ".join(filter(None, [pages.at(st.session_state.get("room page", "")).title,
+                                    collected and collected.title]))
 
 
-def _room_question(asked: Question, kind: str, label: str, why: str) -> bool:
-    """A question the room asked: the teacher sees how many answered while it is open, then the class's answers
-    beside the computed answer set, and reveals or reopens it for everyone; a student answers once (a new answer
-    replaces the old) and sees the reveal when the teacher reveals it, graded by the question's own rule. Returns
-    whether it is revealed."""
-    with _question_box():
+def _room_question(box: DeltaGenerator, shown: bool, asked: Question, kind: str, label: str, why: str) -> bool:
+    """A question the room asked, in ``box``: the teacher sees its options and how many answered while it is open
+    (counted live only where the box stays on screen, ``shown``), then the class's answers beside the computed
+    answer set, and reveals or reopens it for everyone; a student answers once (a new answer replaces the old) and
+    sees the reveal when the teacher reveals it, graded by the question's own rule. Returns whether it is revealed."""
+    with box:
         st.markdown(f"**{kind}** {asked.text}")
         if live.leading():
             if asked.revealed:
                 _class_answers(asked)
                 st.markdown(answer_line(None, asked.accepted, why))
             else:
-                _answered(asked.qid)
+                st.markdown("The class chooses from " + " ".join(f"`{option}`" for option in asked.options))
+                if shown:
+                    _answered(asked.qid)
             st.button("Reopen the question" if asked.revealed else "Reveal to the class", key=f"room reveal {asked.qid}",
                       on_click=live.reveal, args=(asked.qid, not asked.revealed),
                       type="tertiary" if asked.revealed else "primary",
@@ -113,9 +121,14 @@ def _answered(qid: str) -> None:
 
 
 def _class_answers(asked: Question) -> None:
-    """The class's answers, counted once per student, beside the options the computed rule accepts."""
+    """The class's answers, counted once per student, beside the options the computed rule accepts: a bar each on a
+    page; on a slide, which has the screen's height only, one line."""
     counts = live.tally(asked.qid)
     total = sum(counts.values()) or 1
+    if presenting():
+        st.markdown(f"The class's answers ({sum(counts.values())}): " + " · ".join(
+            f"`{option}` **{count}**{' ✓' if option in asked.accepted else ''}" for option, count in counts.items()))
+        return
     for option, count in counts.items():
         mark = " ✓ (the computed answer)" if option in asked.accepted else ""
         st.progress(count / total, text=f"**{option}**: {count} ({100 * count / total:.0f} %){mark}")
@@ -131,7 +144,7 @@ def answer_line(guess: str | None, accepted: Collection[str], why: str) -> str:
 def ask(key: str, question: str, options: list[str]) -> str | None:
     """A prediction asked before the run that answers it (the Train page's): the guess, for ``answer_line`` once
     the run is done."""
-    with _question_box():
+    with _question_box()[0]:
         st.markdown(f"**Predict, then run.** {question}")
         return st.radio("your prediction", options, index=None, key=f"predict {key}", horizontal=True)
 
@@ -141,9 +154,10 @@ def exercise(key: str, task: str, options: list[str], correct: Collection[str], 
     Returns whether the evidence that answers it may be drawn: once the answer is shown, or in reading mode. In a
     live class it is the room's, as ``predict``'s questions are."""
     revealed = _asked(key, task, options)
-    if correct and (asked := live.room_question(key, task, options, correct, _where())) is not None:
-        return _room_question(asked, "Exercise.", "your answer", why) or reading()
-    with _question_box():
+    box, shown = _question_box()
+    if correct and (asked := live.room_question(key, task, options, correct, _where(), shown)) is not None:
+        return _room_question(box, shown, asked, "Exercise.", "your answer", why) or reading()
+    with box:
         st.markdown(f"**Exercise.** {task}")
         answer = st.selectbox("your answer", options, index=None, key=f"exercise {key}", placeholder="choose…")
         if answer is not None:

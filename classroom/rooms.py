@@ -17,7 +17,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 __all__ = ["CODE_ALPHABET", "CODE_LENGTH", "TTL_S", "RoomError", "View", "Question", "question_id", "typed_code",
            "random_name", "Rooms"]
@@ -56,6 +56,7 @@ class Question:
     accepted: tuple[str, ...]    # the options its computed rule accepts on the teacher's run
     where: str                   # the page and part it is asked in, for the export
     revealed: bool = False
+    asked: float = 0.0           # when the teacher's screen first showed it (the room's clock): the export's order
 
 
 def question_id(key: str, text: str, options: tuple[str, ...]) -> str:
@@ -176,6 +177,7 @@ class Rooms:
         self._teacher(code, token, "ask the class")
         if (known := self.question(code, question.qid)) is not None:
             return known
+        question = replace(question, asked=self.clock())
         self.kv.hset(self._key(code, "questions"), question.qid, json.dumps(asdict(question)))
         self._touch(code)
         return question
@@ -232,13 +234,14 @@ class Rooms:
         return len(live), sum(live)
 
     def counts_csv(self, code: str) -> str:
-        """Every question the room was asked: where, the question, each option, whether its rule accepts it on the
-        teacher's run, and how many chose it."""
+        """Every question the room was asked, in the order the teacher's screen showed them: where (the page and
+        part), the question, each option, whether its rule accepts it on the teacher's run, and how many chose
+        it."""
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(["where", "question", "option", "accepted", "count", "revealed"])
-        for raw in self.kv.hgetall(self._key(code, "questions")).values():
-            question = self.question(code, json.loads(raw)["qid"])
+        asked = [self.question(code, json.loads(raw)["qid"]) for raw in self.kv.hgetall(self._key(code, "questions")).values()]
+        for question in sorted(asked, key=lambda question: question.asked):
             for option, count in self.tally(code, question.qid).items():
                 writer.writerow([question.where, question.text, option, option in question.accepted, count,
                                  question.revealed])

@@ -27,7 +27,9 @@ COUNTS = "slide counts"  # part title -> how many slides it drew last (Next's ca
 TEXT_PX, HEADING_PX = 24, 36  # the least a slide's text and headings may be, read at the back of a room
 
 # Streamlit's own test ids and HTML elements, never its generated class names. The top row sits in the header's
-# height, between its two buttons (the sidebar's and the menu): the header lets it show and be clicked through.
+# height, between its two buttons (the sidebar's and the menu): the header lets it show and be clicked through, but
+# for those buttons, which take the pointer back (it is inherited: a button left with its parent's "none" passed the
+# click meant for the sidebar's » to the top row under it, and the sidebar could not be opened while presenting).
 # A text's last paragraph keeps the 1rem that Streamlit's text element takes back below it (a negative margin):
 # without it, the next element covered the text's last line. KaTeX keeps its relative sizes; charts (svg) get
 # their type from ``figures.for_slides``, since plotly measures its text to lay it out.
@@ -36,6 +38,8 @@ STYLE = f"""<style>
   [data-testid="stMetricValue"] *, [data-testid="stMetricLabel"] *):not(.katex, .katex *, svg *, h1 *, h2 *, h3 *) {{
   font-size: {TEXT_PX}px !important; line-height: 1.25 !important; }}
 [data-baseweb="popover"] :is(li, li *, p, span, label, input, button):not(svg *) {{ font-size: {TEXT_PX}px !important; }}
+[data-testid="stDialog"] :is(p, li, span, label, button, code, div):not(svg *) {{ font-size: {TEXT_PX}px !important; }}
+[data-testid="stDialog"] :is(h1, h2, h3, h3 *) {{ font-size: {HEADING_PX}px !important; }}
 [data-testid="stSidebar"] :is(p, li, label, span, input, button, code):not(svg *) {{ font-size: {TEXT_PX}px !important; }}
 [data-testid="stMain"] h1, [data-testid="stMain"] h1 * {{ font-size: {HEADING_PX + 8}px !important; }}
 [data-testid="stMain"] :is(h2, h2 *, h3, h3 *) {{ font-size: {HEADING_PX}px !important; line-height: 1.2 !important; }}
@@ -47,6 +51,7 @@ STYLE = f"""<style>
   padding-left: 3.5rem !important; padding-right: 3.5rem !important; }}
 [data-testid="stHeader"] {{ background: transparent !important; }}
 [data-testid="stHeader"], [data-testid="stHeader"] :not(button, button *, a, a *) {{ pointer-events: none !important; }}
+[data-testid="stHeader"] :is(button, button *, a, a *) {{ pointer-events: auto !important; }}
 </style>"""
 
 _run = threading.local()  # this run's chrome row and slide counter (each session's run has its own thread)
@@ -71,16 +76,21 @@ def linked_present() -> bool:
 # The row on top
 
 
-def chrome(page: str) -> None:
+def chrome(page: str, join: bool) -> None:
     """The one row on top of every page, for ``page`` (its file, as ``lessons`` names it): the mode toggles, in
-    presentation mode the page's settings and Previous / part / Next, then the link to this view (filled after
-    the page runs, by ``link_place``)."""
+    presentation mode the page's settings and Previous / part / Next, and, where the teacher shows a live class how
+    to join (``join``), a place for its code (``join_place``); then the link to this view (filled after the page
+    runs, by ``link_place``)."""
     _run.page = page
     if st.query_params.get(PRESENT) == "1":  # the short form: the widget reads the corrected link on a rerun
         st.query_params[PRESENT] = "true"
         st.rerun()
+    _run.join = None
     if st.session_state.get(PRESENT, linked_present()):  # the toggle's value before it is drawn: the row's shape
-        mode, settings, *nav, _run.link = st.columns([1.4, 1.7, 1.6, 3.6, 1.2, 1.2], vertical_alignment="center")
+        columns = st.columns([1.6, 1.6, 1.6, 2.0, 1.3, 1.2, 1.9] if join else [1.4, 1.7, 1.6, 3.6, 1.2, 1.2],
+                             vertical_alignment="center")
+        mode, settings, nav, _run.link = columns[0], columns[1], columns[2:5], columns[5]
+        _run.join = columns[6] if join else None
     else:  # the main column beside an open sidebar: room for the two toggles' labels and the link's
         mode, settings, _, _run.link = st.columns([1.2, 1.6, 2.4, 2.2], vertical_alignment="center")
     mode.toggle("Present", False, key=PRESENT, bind="query-params",
@@ -98,6 +108,11 @@ def chrome(page: str) -> None:
 
 def link_place() -> DeltaGenerator:
     return _run.link
+
+
+def join_place() -> DeltaGenerator:
+    """The top row's place for a live class's code, in presentation mode (``chrome``'s ``join``)."""
+    return _run.join
 
 
 def stage() -> DeltaGenerator:
@@ -228,6 +243,7 @@ def drawing_part(title: str, number: int, parts: int, draw: Callable[[], None]) 
 
 
 _placed: "weakref.WeakSet[DeltaGenerator]" = weakref.WeakSet()  # every place handed out, to tell a figure it is in one
+_hidden: "weakref.WeakSet[DeltaGenerator]" = weakref.WeakSet()  # the places of the slides not shown: cleared at the end
 
 
 def place(parent: DeltaGenerator | None = None) -> DeltaGenerator:
@@ -244,8 +260,17 @@ def place(parent: DeltaGenerator | None = None) -> DeltaGenerator:
         holder = parent.empty()
         _run.discard.append(holder)
         where = holder.container()
+        _hidden.add(where)
     _placed.add(where)
     return where
+
+
+def on_screen(where: DeltaGenerator) -> bool:
+    """Whether what is drawn in the place ``where`` stays on screen: anywhere but in presentation mode, where only the
+    slide shown does (the others are cleared as the part ends). What keeps itself alive on screen (a fragment that
+    reruns every few seconds) is drawn only there: one drawn into a cleared slide writes, at its next run, into an
+    element the page no longer has, and the browser's page goes blank."""
+    return where not in _hidden
 
 
 def holders() -> tuple[DeltaGenerator, ...]:

@@ -5,7 +5,8 @@
 #   deploy/class.sh N            N replicas (default 2); students open http://THIS-MACHINE:8500
 #
 # Settings (environment): CLASS_PORT (8500, the address students open), CLASS_REPLICA_PORT (8601: the first
-# replica's port; the others follow), CLASS_REDIS_URL (default: start redis-server on 127.0.0.1:CLASS_REDIS_PORT, 6390, with its
+# replica's port; the others follow), CLASSROOM_PUBLIC_URL (the address students open, for the live class's join
+# link; default: nginx's port on this machine's network address), CLASS_REDIS_URL (default: start redis-server on 127.0.0.1:CLASS_REDIS_PORT, 6390, with its
 # append-only file in the state folder; set it to use a Redis elsewhere), CLASS_STATE (.class: Redis's files, logs,
 # the replicas' shared cookie secret, nginx's configuration), CLASS_PYTHON (.venv/bin/python), MECHLIB_THREADS (each
 # replica's torch threads; default: the cores divided among the replicas), CLASS_WORKERS (2: training workers, each
@@ -38,6 +39,8 @@ if [ -z "${CLASS_REDIS_URL:-}" ]; then
     CLASS_REDIS_URL=redis://127.0.0.1:${CLASS_REDIS_PORT:-6390}/0
 fi
 export CLASSROOM_REDIS_URL=$CLASS_REDIS_URL
+# The address students open (the live class's join link and QR code): nginx's, on this machine's network address.
+export CLASSROOM_PUBLIC_URL=${CLASSROOM_PUBLIC_URL:-http://$(hostname -I 2>/dev/null | cut -d' ' -f1 || echo localhost):$port}
 
 # Each replica's torch gets its share of the cores (MECHLIB_THREADS, at least 1): two replicas of two threads each on
 # two cores oversubscribe them, and torch's waiting threads spin.
@@ -113,6 +116,6 @@ pids+=($!)
 
 echo "${replica_pids[*]}" >"$state/replica-pids"
 echo "${worker_pids[*]}" >"$state/worker-pids"
-echo "A class of $replicas replicas at http://$(hostname -I 2>/dev/null | cut -d' ' -f1 || echo localhost):$port" \
+echo "A class of $replicas replicas at $CLASSROOM_PUBLIC_URL" \
      "(Redis at $CLASSROOM_REDIS_URL; logs in $state/logs). Ctrl-C stops it."
 wait  # a replica that dies leaves the others serving (nginx skips it); Ctrl-C ends the class

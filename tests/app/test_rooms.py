@@ -154,3 +154,18 @@ def test_the_teachers_defaults_travel_with_the_view_but_move_nobody(rooms):
     assert rooms.lead(code, token, TEACHER, view) and rooms.view(code).defaults == view.defaults
     assert not rooms.lead(code, token, TEACHER, View("patterns", (("dest", "14"),), 0, (("head", "0"),)))
     assert rooms.version(code) == 1
+
+
+def test_the_export_lists_the_questions_in_the_order_the_class_was_asked_them():
+    clock = Clock()
+    rooms = Rooms(LocalKV(clock), clock)
+    code, token = rooms.start(TEACHER)
+    later = Question(question_id("lens", "At which layer?", ("0", "1")), "At which layer?", ("0", "1"), ("1",),
+                     "The residual stream · Logit lens")
+    for question in (later, QUESTION):  # the ids' hash order is not the order asked
+        clock.now += 10
+        rooms.ask(code, token, question)
+    assert rooms.question(code, later.qid).asked == 1_010.0
+    rooms.ask(code, token, later)  # asked again: it keeps its first place
+    rows = list(csv.DictReader(io.StringIO(rooms.counts_csv(code))))
+    assert [row["where"] for row in rows] == ["The residual stream · Logit lens"] * 2 + ["Circuits: two layers · ablation"] * 2

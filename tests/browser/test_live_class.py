@@ -2,13 +2,15 @@
 message; the teacher's page change (each follower's page drawn, not left blank), model change and Next reach every
 follower, and no student's browser reports an error; a student who stops following is not moved, and one click
 brings them back (their own settings too); each student's prediction is counted once; a student cannot reveal, even
-with a forged teacher link; the teacher's reveal reaches every follower, each marked by the question's rule; the
-teacher's link opened in another browser leads from there, and the first one no longer."""
+with a forged teacher link; the teacher's reveal reaches every follower, each marked by the question's rule; a model
+the teacher uploads reaches every follower; the teacher's link opened in another browser leads from there, and the
+first one no longer."""
 
 import re
 import time
 from urllib.parse import parse_qs, urlsplit
 
+from mechlib import zoo
 from tests.browser.conftest import ARTIFACTS, IDLE, wait_for_app
 
 FOLLOW_S = 10.0  # the goal is 2 s at p95 (bench/classroom_load.py --room); a loaded CI machine gets room
@@ -150,6 +152,16 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         step_six(teacher).get_by_text(re.compile(r"1 × 8 × 20 × 20: 2 \(100 %\) ✓")).wait_for(timeout=15_000)
         for student in following:
             step_six(student).get_by_text("as you predicted").wait_for(timeout=FOLLOW_S * 1000)
+        # A model the teacher uploads reaches the class: each follower opens it from the server's store, by its id
+        idle(teacher)
+        sidebar(teacher).get_by_text("upload a checkpoint").click()
+        sidebar(teacher).locator('input[type="file"]').set_input_files(str(zoo.path("attn-only-1l")))
+        until(lambda: view(teacher)[1].get("model", "").startswith("uploaded "), "the teacher's uploaded model", 30,
+              lambda: view(teacher))
+        for student in following:
+            until(lambda s=student: view(s) == view(teacher), "a follower on the teacher's uploaded model", FOLLOW_S,
+                  lambda s=student: (view(s), view(teacher)))
+            assert student.get_by_text("differs from the teacher's").count() == 0
         sidebar(teacher).get_by_text("Your teacher's link").click()  # for the projector's browser
         link = teacher.locator('[data-testid="stPopoverBody"] code').inner_text()
         assert re.search(f"room={code}&teacher=[A-Za-z0-9_-]{{32}}", link), link

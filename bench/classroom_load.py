@@ -78,6 +78,7 @@ class Student:
         self.url, self.stats, self.rng = url, stats, rng
         self.page, self.query, self.sliders, self.choices, self.values = "", "", {}, {}, {}
         self.buttons, self.screen, self.texts = {}, {}, []
+        self.toggles = {}  # label -> (widget id, value): sent with every rerun, as a browser sends every widget's
 
     async def connect(self) -> None:
         self.ws = await connect(self.url, max_size=None, open_timeout=60, ping_interval=None)
@@ -94,6 +95,9 @@ class Student:
             message.rerun_script.fragment_id = fragment
         for state in widgets or []:
             message.rerun_script.widget_states.widgets.append(state)
+        for widget, value in self.toggles.values():  # a toggle left out would go back to its default (presenting)
+            toggle = message.rerun_script.widget_states.widgets.add()
+            toggle.id, toggle.bool_value = widget, value
         if press is not None:
             widget = message.rerun_script.widget_states.widgets.add()
             widget.id, widget.trigger_value = self.buttons[press], True
@@ -104,7 +108,7 @@ class Student:
     async def read_until_finished(self, start: float, full: bool) -> float:
         if full:  # a full run redraws the page: what it does not draw again is gone
             self.screen.clear()
-            self.sliders, self.choices = {}, {}
+            self.sliders, self.choices, self.toggles = {}, {}, {}
         while True:
             reply = ForwardMsg()
             reply.ParseFromString(await asyncio.wait_for(self.ws.recv(), REPLY_TIMEOUT_S))
@@ -124,6 +128,9 @@ class Student:
             self.choices[getattr(element, kind).label] = (getattr(element, kind), fragment)
         elif kind == "button":
             self.buttons[element.button.label] = element.button.id
+        elif kind == "checkbox":
+            box = element.checkbox
+            self.toggles[box.label] = (box.id, box.value if box.set_value else box.default)
         elif kind in CONTENT:
             self.screen[path] = element.SerializeToString()
             if kind == "exception":

@@ -3,7 +3,8 @@ following them, each a websocket speaking Streamlit's protocol as a browser tab 
 room's fragment every ``run_every`` seconds, as Streamlit's frontend does on its ``auto_rerun`` message, and clicks
 the page link the app asks it to click when the teacher went to another page).
 
-The teacher starts a class on the Patterns page, the students join by its link over the first 30 s, and the server
+The teacher starts a class on the Patterns page, presenting (and presents throughout: the moves are the slide's
+settings and its part), the students join by its link over the first 30 s, and the server
 is then left alone with them for ``IDLE_S``: its CPU with the whole class idle and following. Then, for
 ``--minutes``, the teacher moves one of the page's widgets every 20–40 s; a third of the way in they open the
 Equivalence page, whose questions the room asks, the students answer 10–30 s later, and the teacher reveals one
@@ -241,10 +242,10 @@ async def ask(student, room: Room, followers: list[Follower]) -> None:
 
 
 async def open_page(student, page: str) -> float:
-    """The teacher opens ``page`` in the room (the address keeps the room's key)."""
-    room_key = [pair for pair in parse_qsl(student.query) if pair[0] == "room"]
+    """The teacher opens ``page`` in the room, presenting (the address keeps the room's key and presentation mode)."""
+    kept = [pair for pair in parse_qsl(student.query) if pair[0] in ("room", "present")]
     student.page, student.sliders, student.choices = page, {}, {}
-    student.query = "&".join(f"{k}={v}" for k, v in room_key)
+    student.query = "&".join(f"{k}={v}" for k, v in kept)
     return await student.rerun()
 
 
@@ -258,7 +259,8 @@ async def measure_room(url: str, pids: list[int], args) -> None:
     room, stop = Room(), asyncio.Event()
     teacher = Student(url, Stats(), random.Random(7))
     await teacher.connect()
-    await teacher.open("patterns")
+    teacher.page, teacher.query = "patterns", "present=true"  # the teacher presents throughout
+    await teacher.rerun()
     await teacher.rerun(press=START)
     code = dict(parse_qsl(teacher.query)).get("room")
     assert code, f"the teacher's Start a class gave no room: {teacher.query!r}"

@@ -35,6 +35,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,6 +171,7 @@ class Walk:
     sidebar_by_pointer: bool = True  # the teacher opened the sidebar, presenting, by a pointer click on its »
     join_link: str = ""  # the link the title slide's card gave, which the followers opened
     overlaps: list[str] = field(default_factory=list)  # slide: element the join card covered
+    uncounted: list[str] = field(default_factory=list)  # revealed questions whose class's answers missed a student's
     teacher_s: list[float] = field(default_factory=list)  # s from each Next to the teacher's screen drawn
     teacher_errors: list[str] = field(default_factory=list)
     teacher_closed: list[int] = field(default_factory=lambda: [0])
@@ -186,6 +188,7 @@ class Walk:
                 "blank follower pages": sum(len(x.blank) for x in f),
                 "answers shown before reveal": sum(len(x.early) for x in f),
                 "reveals not drawn graded": sum(len(x.ungraded) for x in f),
+                "answers the reveal did not count": len(self.uncounted),
                 "page errors": len(self.teacher_errors) + sum(len(x.errors) for x in f),
                 "disconnects": self.teacher_closed[0] + sum(x.closed[0] for x in f),
                 "join card overlaps": len(self.overlaps), "sidebar opened by a click": int(self.sidebar_by_pointer)}
@@ -207,12 +210,12 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def settle(page) -> None:
-    """Until the script run has finished (not running for half a second) and every chart has drawn."""
+    """Until the script run has finished (not running for 0.3 s) and every chart has drawn."""
     quiet = 0
-    for _ in range(600):
-        time.sleep(0.25)
+    for _ in range(1500):
+        time.sleep(0.1)
         quiet = quiet + 1 if page.evaluate(IDLE) else 0
-        if quiet >= 2:
+        if quiet >= 3:
             break
     page.wait_for_function(CHARTS_DRAWN, timeout=60_000)
 
@@ -255,15 +258,20 @@ def _start_class(page, report: Walk) -> str:
     return page.locator('[data-testid="stMain"] a[href*="room="]').first.get_attribute("href")
 
 
+def _file(name: str) -> str:
+    """A slide's name as a file name."""
+    return re.sub(r"[^\w]+", "-", name).strip("-")[:80]
+
+
 def _same_slide(mine: dict, theirs: dict) -> bool:
     """Whether two screens show the same view: page, settings (the room's key aside), part and slide."""
     def view(where: dict) -> tuple:
-        return (where["path"], re.sub(r"(^\?|&)room=[^&]*", "", where["query"]).lstrip("?&"), where["part"],
-                where["k"], where["n"], where["sub"])
+        settings = sorted((key, value) for key, value in parse_qsl(where["query"].lstrip("?")) if key != "room")
+        return where["path"], settings, where["part"], where["k"], where["n"], where["sub"]
     return view(mine) == view(theirs)
 
 
-def _follow(followers: list[Follower], teacher: dict, since: float, name: str) -> None:
+def _follow(followers: list[Follower], teacher: dict, since: float, name: str, shots: Path | None) -> None:
     """Each follower until it shows the teacher's slide, drawn (its lag from ``since``, when the teacher's screen had
     drawn it), or FOLLOW_S: a follower on the slide whose page is still empty then is blank, one elsewhere missed
     it."""
@@ -276,6 +284,8 @@ def _follow(followers: list[Follower], teacher: dict, since: float, name: str) -
                 break
             if time.monotonic() - since > FOLLOW_S:
                 (follower.blank if there else follower.missed).append(name)
+                if shots:
+                    follower.page.screenshot(path=shots / f"follower-{'blank' if there else 'missed'}-{_file(name)}.png")
                 break
             time.sleep(0.05)
 
@@ -301,7 +311,7 @@ def walk(browser, url: str, width: int, height: int, followers: int = 0, shots: 
             _watch(student.page, student.errors, student.closed)
             student.page.goto(link)
             report.followers.append(student)
-        _follow(report.followers, page.evaluate(SLIDE), time.monotonic(), "joining")
+        _follow(report.followers, page.evaluate(SLIDE), time.monotonic(), "joining", shots)
     seen, parts, since = set(), {}, time.monotonic()
     for _ in range(MAX_SLIDES):
         where = page.evaluate(SLIDE)
@@ -319,7 +329,7 @@ def walk(browser, url: str, width: int, height: int, followers: int = 0, shots: 
                       first["chromeHeight"], first["bottom"] is None or first["bottom"] <= first["height"], bool(question["open"]),
                       overflow_px=max(0.0, (first["bottom"] or 0) - first["height"]))
         if code:
-            _follow(report.followers, where, since, name)
+            _follow(report.followers, where, since, name, shots)
             covered = page.evaluate(OVERLAP, code)
             report.overlaps += [f"{name}: {hit}" for hit in covered["hits"]]
             for follower in report.followers:
@@ -328,17 +338,21 @@ def walk(browser, url: str, width: int, height: int, followers: int = 0, shots: 
         if question["open"]:
             slide.answered_early = question["answered"] > 0
             slide.scroll_for_answer = question["bottom"] > question["H"]
+            answered = False
             if code:  # one student answers, so the reveal has a count to show
-                group = report.followers[0].page.get_by_role("radiogroup", name=re.compile("^your (answer|prediction)"))
+                student = report.followers[0].page
+                group = student.get_by_role("radiogroup", name=re.compile("^your (answer|prediction)"))
                 if group.count():
                     group.first.get_by_role("radio").first.check(force=True)
-                    page.get_by_text(re.compile(r"^1 of \d+ students connected have answered")).first.wait_for(
-                        timeout=FOLLOW_S * 1000)
+                    settle(student)  # the answer's run has stored it
+                    answered = True
             for _ in range(question["open"]):  # every question on the slide: the evidence may answer several
                 page.get_by_role("button", name=re.compile(r"(Reveal the answer|Show the answer|Reveal to the class)$")
                                  ).first.click()
                 settle(page)
             revealed_at = time.monotonic()
+            if answered and not page.get_by_text(re.compile(r"^The class's answers \([1-9]")).count():
+                report.uncounted.append(name)
             after, revealed = _measure(page), page.evaluate(QUESTION)
             # the reveal drew evidence: on this slide, or as the part's next slides
             slide.evidence_withheld = (revealed["evidence"] > question["evidence"]
@@ -355,7 +369,7 @@ def walk(browser, url: str, width: int, height: int, followers: int = 0, shots: 
                         break
                     time.sleep(0.05)
         if shots and not slide.fits:
-            shot = re.sub(r"[^\w]+", "-", name).strip("-")[:80]
+            shot = _file(name)
             page.screenshot(path=shots / f"slide-{width}x{height}-{shot}.png")
             if report.followers:
                 report.followers[0].page.screenshot(path=shots / f"slide-{width}x{height}-{shot}-follower.png")
@@ -451,7 +465,7 @@ def main() -> None:
                                 ("not graded", follower.ungraded), ("error", follower.errors)):
                 for each in where:
                     print(f"  {w.size} follower {k}: {what}: {each}")
-        for each in w.teacher_errors + w.overlaps:
+        for each in w.teacher_errors + w.overlaps + [f"not counted: {name}" for name in w.uncounted]:
             print(f"  {w.size} teacher: {each}")
 
 

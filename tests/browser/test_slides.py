@@ -17,7 +17,8 @@ from tests.browser.conftest import ARTIFACTS
 SLIDE_PROBLEMS = ("texts under size", "answered before reveal", "scroll for question/answer", "slides that do not fit",
                   "sideways scroll", "top row over 80 px")
 CLASS_PROBLEMS = ("slides a follower missed", "blank follower pages", "answers shown before reveal",
-                  "reveals not drawn graded", "page errors", "disconnects", "join card overlaps")
+                  "reveals not drawn graded", "answers the reveal did not count", "page errors", "disconnects",
+                  "join card overlaps")
 
 
 def assert_slides_fit(report) -> None:
@@ -56,6 +57,6 @@ def test_a_live_class_walks_the_whole_lesson_and_no_screen_goes_blank(browser, c
     follower = report.followers[0]
     assert problems == dict.fromkeys(problems, 0), (problems, follower.missed, follower.blank, follower.early,
                                                     follower.ungraded, follower.errors, report.teacher_errors,
-                                                    report.overlaps)
+                                                    report.overlaps, report.uncounted)
     assert counts["sidebar opened by a click"] == 1
     assert urlsplit(report.join_link).hostname == "127.0.0.2", report.join_link  # opened from a second name

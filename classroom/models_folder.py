@@ -61,13 +61,33 @@ def folder() -> Path | None:
 
 
 def entries() -> list[Entry]:
-    """The folder's models by name (``MAX_ENTRIES`` at most). Empty when no folder is named or it cannot be read."""
+    """The folder's models by name (``MAX_ENTRIES`` at most). Empty when no folder is named or it cannot be read.
+    A page run asks for them every time: the folder is listed once per change of its modification time (an entry
+    added, removed or renamed), each run costs one stat whatever the folder holds (a folder of 10,000 entries
+    listed on every run made every page 3 s slower)."""
     where = folder()
     try:
-        paths = sorted(where.iterdir()) if where else []
+        changed = where.stat().st_mtime_ns if where else None
     except OSError:
         return []
-    return [entry for entry in map(_entry, paths) if entry is not None][:MAX_ENTRIES]
+    return list(_listing(where, changed)) if where else []
+
+
+@functools.lru_cache(maxsize=4)
+def _listing(where: Path, changed: int) -> tuple[Entry, ...]:
+    """The first ``MAX_ENTRIES`` models of the folder ``where`` as it was at modification time ``changed``, by
+    name."""
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return ()
+    found = []
+    for name in names:
+        if (entry := _entry(where / name)) is not None:
+            found.append(entry)
+            if len(found) == MAX_ENTRIES:
+                break
+    return tuple(found)
 
 
 def find(name: str) -> Entry | None:
@@ -98,15 +118,17 @@ def config(entry: Entry) -> ModelConfig:
 
 @functools.lru_cache(maxsize=64)
 def _config(entry: Entry, stamp: tuple[int, int]) -> ModelConfig:
+    if entry.kind == "mechlib" and entry.n_bytes > io.MAX_BYTES:
+        raise FolderError(f"{entry.name} is {entry.n_bytes / 1e6:,.0f} MB; a mechlib checkpoint is at most "
+                          f"{io.MAX_BYTES / 1e6:,.0f} MB")
     try:
-        if entry.kind == "Hugging Face":
-            return hf.read_config(entry.path)
-        if entry.n_bytes > io.MAX_BYTES:
-            raise FolderError(f"{entry.name} is {entry.n_bytes / 1e6:,.0f} MB; a mechlib checkpoint is at most "
-                              f"{io.MAX_BYTES / 1e6:,.0f} MB")
-        cfg = io.config(entry.path.read_bytes())
+        cfg = hf.read_config(entry.path) if entry.kind == "Hugging Face" else io.config(entry.path.read_bytes())
     except (hf.HFError, io.CheckpointError, OSError) as error:
-        raise FolderError(f"{entry.name}: {error}") from None
+        why = _sentence(entry, error)
+    else:
+        why = None
+    if why is not None:  # raised outside the handler: the refused file's error and its frames are not kept
+        raise FolderError(why)
     if not isinstance(cfg, ModelConfig):
         raise FolderError(f"{entry.name} is an LSTM checkpoint; the pages study transformers, and the LSTM page uses "
                           "its own models")
@@ -123,12 +145,22 @@ def admit(entry: Entry) -> ModelConfig:
 
 def load(entry: Entry) -> Transformer:
     """The shared read-only model of ``entry``: ``admit``-ted first, its weights' memory held while it is built.
-    Raises ``FolderError`` or ``admission.BudgetError``."""
+    Raises ``FolderError`` (a sentence naming the entry and what is wrong with it, never a path of the server's
+    disk) or ``admission.BudgetError``. A refused load keeps nothing: the error is raised outside the handler, so
+    neither the half-built model nor the frames that held it outlive the refusal."""
     cfg = admit(entry)
     try:
         return zoo.from_folder(entry.path, lambda: MEMORY.hold(cfg.estimate_mb(batch=0), _what(entry, cfg)))
     except (hf.HFError, io.CheckpointError, OSError) as error:
-        raise FolderError(f"{entry.name}: {error}") from None
+        why = _sentence(entry, error)
+    raise FolderError(why)
+
+
+def _sentence(entry: Entry, error: Exception) -> str:
+    """``error`` about ``entry`` as the sentence a student reads: the entry's name, then why; an operating system's
+    error by its reason (its message names the file's path on the server's disk, which no student sees)."""
+    why = (error.strerror or type(error).__name__) if isinstance(error, OSError) else str(error)
+    return f"{entry.name}: {why.replace(str(entry.path), entry.name)}"
 
 
 def _what(entry: Entry, cfg: ModelConfig) -> str:

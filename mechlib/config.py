@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Self
 
-__all__ = ["JsonConfig", "ModelConfig", "divisors", "whole"]
+__all__ = ["JsonConfig", "ModelConfig", "divisors", "whole", "read_json"]
 
 NORMALIZATIONS = ("LN", None)
 ACT_FNS = ("gelu", "gelu_new")  # exact GELU; GPT-2's tanh approximation of it
@@ -44,6 +44,12 @@ def _number(text: str) -> int:
     return int(text)
 
 
+def read_json(text: str | bytes):
+    """JSON whose whole numbers are refused past ``MAX_DIGITS`` digits, with a sentence: a config's text, read before
+    anything is built from it. Raises ``ValueError`` (``json.JSONDecodeError`` for text that is not JSON)."""
+    return json.loads(text, parse_int=_number)
+
+
 def divisors(n: int) -> list[int]:
     """The positive divisors of n, ascending: the head counts a d_model of n allows."""
     return [k for k in range(1, n + 1) if n % k == 0]
@@ -57,7 +63,7 @@ class JsonConfig:
 
     @classmethod
     def from_json(cls, text: str) -> Self:
-        fields = json.loads(text, parse_int=_number)
+        fields = read_json(text)
         if not isinstance(fields, dict):
             raise ValueError("the config is not a JSON object")
         unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}

@@ -20,9 +20,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from mechlib.config import ModelConfig
+from mechlib.config import ModelConfig, read_json
 from mechlib.hf_tokenizer import HFTokenizer
 from mechlib.model import LN_EPS, Transformer
+from mechlib.safetensors_read import File, HeaderError
 
 __all__ = ["HFError", "from_transformers", "read_config"]
 
@@ -31,6 +32,10 @@ ACT_FNS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gel
 REQUIRED = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
 FLOATS = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16}
 IGNORED = (".attn.bias", ".attn.masked_bias")  # older checkpoints' causal-mask buffers: mechlib builds its own
+RENAMED = {"attn.c_proj.bias": "attn.b_O", "ln_1.weight": "ln1.w", "ln_1.bias": "ln1.b", "ln_2.weight": "ln2.w",
+           "ln_2.bias": "ln2.b", "mlp.c_fc.weight": "mlp.W_in", "mlp.c_fc.bias": "mlp.b_in",
+           "mlp.c_proj.weight": "mlp.W_out", "mlp.c_proj.bias": "mlp.b_out", "wpe.weight": "pos_embed.W_pos",
+           "ln_f.weight": "ln_final.w", "ln_f.bias": "ln_final.b"}  # GPT-2's tensors that keep their shape
 CONFIG_BYTES = 1_000_000
 
 
@@ -45,42 +50,60 @@ def read_config(directory: str | Path) -> ModelConfig:
 
 
 def _fields(directory: Path) -> dict:
-    """The directory's ``config.json``, bounded in size and parsed."""
+    """The directory's ``config.json``, bounded in size (and its numbers in digits) and parsed."""
     path = directory / "config.json"
     if not path.is_file():
-        raise HFError(f"no config.json in {directory}: not a Hugging Face model directory")
+        raise HFError("the directory has no config.json: it is not a Hugging Face model directory")
     if path.stat().st_size > CONFIG_BYTES:
-        raise HFError(f"{path} is {path.stat().st_size:,} bytes; a model's config.json is a few kB")
+        raise HFError(f"config.json is {path.stat().st_size:,} bytes; a model's config.json is a few kB")
     try:
-        fields = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise HFError(f"{path} is not JSON ({type(error).__name__})") from None
+        fields = read_json(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise HFError(f"config.json is not JSON a model's config can be ({_reason(error)})") from None
+    if not isinstance(fields, dict):
+        raise HFError("config.json is not a JSON object")
     return fields
 
 
+def _reason(error: Exception) -> str:
+    """An exception as a short reason: its own sentence (``read_json``'s), or its kind (a parser's position)."""
+    return str(error)[:120] if type(error) is ValueError else type(error).__name__
+
+
 def gpt2_config(fields: dict) -> ModelConfig:
-    """The mechlib config of a GPT-2 ``config.json`` (as a dict); a field mechlib cannot compute with is refused
-    by name."""
+    """The mechlib config of a GPT-2 ``config.json`` (as a dict); a field mechlib cannot compute with, or of the
+    wrong type, is refused by name."""
     if not isinstance(fields, dict) or fields.get("model_type") != "gpt2":
         kind = fields.get("model_type") if isinstance(fields, dict) else None
-        raise HFError(f"the model's type is {kind!r}; only GPT-2 ('gpt2') models are read")
+        raise HFError(f"the model's type is {_shown(kind)}; only GPT-2 ('gpt2') models are read")
     activation = fields.get("activation_function", "gelu_new")
-    if activation not in ACT_FNS:
-        raise HFError(f"activation_function={activation!r} has no counterpart in mechlib; it computes "
+    if not isinstance(activation, str) or activation not in ACT_FNS:
+        raise HFError(f"activation_function={_shown(activation)} has no counterpart in mechlib; it computes "
                       f"{', '.join(map(repr, ACT_FNS))}")
     for name, value in REQUIRED.items():
         if fields.get(name, value) != value:
-            raise HFError(f"{name}={fields[name]!r} has no counterpart in mechlib, which computes {name}={value!r}")
+            raise HFError(f"{name}={_shown(fields[name])} has no counterpart in mechlib, which computes "
+                          f"{name}={value!r}")
     if fields.get("layer_norm_epsilon", LN_EPS) != LN_EPS:
-        raise HFError(f"layer_norm_epsilon={fields['layer_norm_epsilon']!r} has no counterpart in mechlib, "
+        raise HFError(f"layer_norm_epsilon={_shown(fields['layer_norm_epsilon'])} has no counterpart in mechlib, "
                       f"whose LayerNorm has ε = {LN_EPS}")
+    for name in ("tie_word_embeddings", "bos_token_id"):
+        if name in fields and not isinstance(fields[name], bool | int | None):
+            raise HFError(f"{name}={_shown(fields[name])} must be {'true or false' if name[0] == 't' else 'a token id'}")
+    n_embd, n_inner = fields.get("n_embd"), fields.get("n_inner")
     try:
-        return ModelConfig(n_layers=fields.get("n_layer"), d_model=fields.get("n_embd"), n_heads=fields.get("n_head"),
+        return ModelConfig(n_layers=fields.get("n_layer"), d_model=n_embd, n_heads=fields.get("n_head"),
                            d_vocab=fields.get("vocab_size"), n_ctx=fields.get("n_positions"),
-                           d_mlp=fields.get("n_inner") or 4 * fields.get("n_embd", 0), normalization="LN",
+                           d_mlp=n_inner or (4 * n_embd if isinstance(n_embd, int) else n_embd), normalization="LN",
                            act_fn=ACT_FNS[activation])
     except (ValueError, TypeError) as error:
         raise HFError(f"the model's config does not fit mechlib: {error}") from None
+
+
+def _shown(value: object, most: int = 40) -> str:
+    """``repr(value)``, cut to ``most`` characters, for a message."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def from_transformers(source) -> Transformer:
@@ -96,8 +119,9 @@ def from_transformers(source) -> Transformer:
     fields = source.config.to_dict()
     cfg, tied = gpt2_config(fields), fields.get("tie_word_embeddings", True)
     tensors = {name: tensor.detach() for name, tensor in source.state_dict().items()}
-    _check_header({name: (tensor.dtype, list(tensor.shape)) for name, tensor in tensors.items()}, cfg, tied)
-    return _build(cfg, tensors, tied)
+    header = {name: (tensor.dtype, list(tensor.shape)) for name, tensor in tensors.items()}
+    _check_header(header, cfg, tied)
+    return _build(cfg, header, tensors.__getitem__, tied)
 
 
 def _from_directory(directory: Path) -> Transformer:
@@ -106,25 +130,34 @@ def _from_directory(directory: Path) -> Transformer:
     weights = directory / "model.safetensors"
     if not weights.is_file():
         pickled = [name for name in ("pytorch_model.bin", "tf_model.h5") if (directory / name).is_file()]
-        raise HFError(f"no model.safetensors in {directory}" + (
+        raise HFError("the directory has no model.safetensors" + (
             f" (only {pickled[0]}: a pickle, never opened here; save the model with safe_serialization)"
             if pickled else ""))
-    from safetensors import safe_open
-
+    tokenizer = _tokenizer(directory / "tokenizer.json", cfg, fields.get("bos_token_id"))
     try:
-        with safe_open(weights, "pt") as file:
-            header = {name: (FLOATS.get(file.get_slice(name).get_dtype(), file.get_slice(name).get_dtype()),
-                             file.get_slice(name).get_shape()) for name in file.keys()}
+        with File(weights) as file:
+            header = {name: (FLOATS.get(entry.dtype, entry.dtype), entry.shape) for name, entry in file.entries.items()}
             _check_header(header, cfg, tied)
-            tensors = {name: file.get_tensor(name) for name in header}
-    except HFError:
-        raise
-    except Exception as error:  # safetensors' own errors for a damaged file
-        raise HFError(f"{weights} cannot be read as safetensors ({type(error).__name__}: {str(error)[:120]})") from None
-    model = _build(cfg, tensors, tied)
-    if (directory / "tokenizer.json").is_file():
-        model.tokenizer = HFTokenizer.from_file(directory / "tokenizer.json", cfg.d_vocab, fields.get("bos_token_id"))
-    return model
+            file.check_spans()
+            model = _build(cfg, header, file.tensor, tied)
+            file.unchanged()
+    except (HeaderError, OSError) as error:
+        reason = str(error) if isinstance(error, HeaderError) else error.strerror or type(error).__name__
+    else:
+        model.tokenizer = tokenizer
+        return model
+    raise HFError(f"model.safetensors cannot be read: {reason}")  # outside the handler: nothing read is kept
+
+
+def _tokenizer(path: Path, cfg: ModelConfig, bos_id: int | None) -> HFTokenizer | None:
+    """The directory's tokenizer, read before any weight: a broken ``tokenizer.json`` refuses the model at once.
+    None when the directory has none (the model reads token ids)."""
+    if not path.is_file():
+        return None
+    try:
+        return HFTokenizer.from_file(path, cfg.d_vocab, bos_id)
+    except ValueError as error:
+        raise HFError(f"tokenizer.json {error}") from None
 
 
 def _expected(cfg: ModelConfig, tied: bool) -> dict[str, list[int]]:
@@ -171,42 +204,45 @@ def _check_header(header: dict[str, tuple[torch.dtype | str, list[int]]], cfg: M
             raise HFError(f"{name} is {dtype}; weights must be float32, float64, float16 or bfloat16")
 
 
-def _build(cfg: ModelConfig, tensors: dict[str, Tensor], tied: bool) -> Transformer:
-    """The mechlib model of GPT-2's ``tensors`` (names, shapes and dtypes checked): finite, rearranged, loaded into
-    a new model."""
-    named = {_gpt2_name(name): tensor for name, tensor in tensors.items()}
-    dtype = named["wte.weight"].dtype if named["wte.weight"].dtype in (torch.float32, torch.float64) else torch.float32
-    named = {name: tensor.to("cpu", dtype) for name, tensor in named.items()
-             if name is not None and not (tied and name == "lm_head.weight")}
-    for name, tensor in named.items():
-        if not torch.isfinite(tensor).all():
-            raise HFError(f"{name} holds NaN or infinite values; the checkpoint is corrupt")
+def _build(cfg: ModelConfig, header: dict[str, tuple[torch.dtype, list[int]]], read, tied: bool) -> Transformer:
+    """The mechlib model of GPT-2's tensors (names, shapes and dtypes in ``header``, checked), each tensor read by
+    ``read(name)`` in turn, checked finite and copied into the model's weights: beside the model, one tensor at a
+    time is held."""
+    names = {_gpt2_name(name): name for name in header}
+    names.pop(None, None)
+    if tied:
+        names.pop("lm_head.weight", None)
+    first = header[names["wte.weight"]][0]
+    dtype = first if first in (torch.float32, torch.float64) else torch.float32
     model = Transformer(cfg).to(dtype)
-    model.load_state_dict(_mechlib_weights(named, cfg, tied), strict=False)  # the causal-mask buffers stay mechlib's
+    weights = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, stored in names.items():
+            tensor = read(stored).to("cpu", dtype)
+            if not torch.isfinite(tensor).all():
+                raise HFError(f"{name} holds NaN or infinite values; the checkpoint is corrupt")
+            for ours, value in _mechlib_parts(name, tensor, cfg, tied).items():
+                weights[ours].copy_(value)
     return model.eval()
 
 
-def _mechlib_weights(gpt2: dict[str, Tensor], cfg: ModelConfig, tied: bool) -> dict[str, Tensor]:
-    """GPT-2's tensors under TransformerLens's names and shapes."""
+def _mechlib_parts(name: str, tensor: Tensor, cfg: ModelConfig, tied: bool) -> dict[str, Tensor]:
+    """GPT-2's tensor ``name`` (without ``transformer.``) under TransformerLens's names and shapes: the fused
+    queries, keys and values split into W_Q, W_K, W_V [n_heads d_model d_head], c_proj as W_O
+    [n_heads d_head d_model], the unembedding the (tied) embedding's transpose [d_model d_vocab]."""
     h, d, dh = cfg.n_heads, cfg.d_model, cfg.d_head
-    weights = {"embed.W_E": gpt2["wte.weight"], "pos_embed.W_pos": gpt2["wpe.weight"],
-               "ln_final.w": gpt2["ln_f.weight"], "ln_final.b": gpt2["ln_f.bias"],
-               "unembed.W_U": (gpt2["wte.weight"] if tied else gpt2["lm_head.weight"]).T,  # [d_model d_vocab]
-               "unembed.b_U": torch.zeros(cfg.d_vocab, dtype=gpt2["wte.weight"].dtype)}
-    for layer in range(cfg.n_layers):
-        theirs, ours = f"h.{layer}.", f"blocks.{layer}."
-        W_QKV = gpt2[theirs + "attn.c_attn.weight"].split(d, dim=1)                   # 3 × [d_model n_heads·d_head]
-        b_QKV = gpt2[theirs + "attn.c_attn.bias"].split(d)                           # 3 × [n_heads·d_head]
-        for name, W, b in zip("QKV", W_QKV, b_QKV):
-            weights[f"{ours}attn.W_{name}"] = W.reshape(d, h, dh).permute(1, 0, 2)    # [n_heads d_model d_head]
-            weights[f"{ours}attn.b_{name}"] = b.reshape(h, dh)                        # [n_heads d_head]
-        weights[ours + "attn.W_O"] = gpt2[theirs + "attn.c_proj.weight"].reshape(h, dh, d)  # [n_heads d_head d_model]
-        weights[ours + "attn.b_O"] = gpt2[theirs + "attn.c_proj.bias"]
-        for ln, their_ln in (("ln1", "ln_1"), ("ln2", "ln_2")):
-            weights[f"{ours}{ln}.w"], weights[f"{ours}{ln}.b"] = (gpt2[f"{theirs}{their_ln}.weight"],
-                                                                  gpt2[f"{theirs}{their_ln}.bias"])
-        weights[ours + "mlp.W_in"] = gpt2[theirs + "mlp.c_fc.weight"]                 # [d_model d_mlp]
-        weights[ours + "mlp.b_in"] = gpt2[theirs + "mlp.c_fc.bias"]
-        weights[ours + "mlp.W_out"] = gpt2[theirs + "mlp.c_proj.weight"]              # [d_mlp d_model]
-        weights[ours + "mlp.b_out"] = gpt2[theirs + "mlp.c_proj.bias"]
-    return {name: tensor.contiguous() for name, tensor in weights.items()}
+    if name == "wte.weight":
+        return {"embed.W_E": tensor} | ({"unembed.W_U": tensor.T} if tied else {})
+    if name == "lm_head.weight":
+        return {"unembed.W_U": tensor.T}
+    if name in RENAMED:
+        return {RENAMED[name]: tensor}
+    layer, rest = name.removeprefix("h.").split(".", 1)
+    ours = f"blocks.{layer}."
+    if rest == "attn.c_attn.weight":  # [d_model 3·n_heads·d_head]: Q | K | V, each head's d_head columns side by side
+        return {f"{ours}attn.W_{qkv}": W.reshape(d, h, dh).permute(1, 0, 2) for qkv, W in zip("QKV", tensor.split(d, 1))}
+    if rest == "attn.c_attn.bias":
+        return {f"{ours}attn.b_{qkv}": b.reshape(h, dh) for qkv, b in zip("QKV", tensor.split(d))}
+    if rest == "attn.c_proj.weight":
+        return {f"{ours}attn.W_O": tensor.reshape(h, dh, d)}
+    return {ours + RENAMED[rest]: tensor}

@@ -20,7 +20,7 @@ class HFTokenizer:
     def __init__(self, tokenizer, d_vocab: int, bos_id: int | None = None):
         size = tokenizer.get_vocab_size()
         if size > d_vocab:
-            raise ValueError(f"the tokenizer has {size:,} tokens but the model's d_vocab is {d_vocab:,}")
+            raise ValueError(f"has {size:,} tokens but the model's d_vocab is {d_vocab:,}")
         self.tokenizer = tokenizer
         self.vocab = tokenizer.decode_batch([[i] for i in range(size)]) + [f"<id {i}>" for i in range(size, d_vocab)]
         named = tokenizer.token_to_id(END_OF_TEXT)
@@ -28,18 +28,21 @@ class HFTokenizer:
 
     @classmethod
     def from_file(cls, path: str | Path, d_vocab: int, bos_id: int | None = None) -> "HFTokenizer":
+        """The tokenizer of ``path`` (a ``tokenizer.json``); raises ``ValueError`` whose sentence follows the file's
+        name ("tokenizer.json is 60 MB; …")."""
         path = Path(path)
         if path.stat().st_size > MAX_BYTES:
-            raise ValueError(f"{path} is {path.stat().st_size / 10**6:,.0f} MB; a tokenizer.json is a few MB")
+            raise ValueError(f"is {path.stat().st_size / 10**6:,.0f} MB; a tokenizer.json is a few MB")
         try:
             from tokenizers import Tokenizer
         except ImportError as error:
             raise ImportError("a model directory's tokenizer.json is read by Hugging Face's tokenizers: "
                               "pip install tokenizers") from error
         try:
-            return cls(Tokenizer.from_file(str(path)), d_vocab, bos_id)
+            tokenizer = Tokenizer.from_file(str(path))
         except Exception as error:  # tokenizers reports a malformed file with its own exception type
-            raise ValueError(f"{path} cannot be read by tokenizers ({str(error)[:120]})") from None
+            raise ValueError(f"cannot be read by tokenizers ({str(error)[:120]})") from None
+        return cls(tokenizer, d_vocab, bos_id)
 
     @property
     def d_vocab(self) -> int:

@@ -12,9 +12,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from mechlib import safetensors_read
 from mechlib.config import ModelConfig
 from mechlib.data import Tokenizer, tokenizer_from_json
 from mechlib.lstm import LSTM, LSTMConfig
@@ -111,21 +111,24 @@ def _architecture_and_config(metadata: dict[str, str]) -> tuple[str, ModelConfig
 
 
 def _build(data: bytes) -> Transformer | LSTM:
-    metadata, entries = _read_header(data)
+    """The model of ``data``: built on the meta device and given the checkpoint's tensors, so no weight is drawn at
+    random only to be overwritten."""
+    metadata, entries, start = _read_header(data)
     architecture, cfg = _architecture_and_config(metadata)
     build, _, reference = ARCHITECTURES[architecture]
     tokenizer = _read_tokenizer(metadata, cfg)
     _check_size(cfg, len(data))
     with torch.device("meta"):
-        expected = build(cfg).state_dict()
+        model = build(cfg)
+    expected = model.state_dict()
     _check_entries(entries, expected)
     try:
-        tensors = st_load(data)
-    except Exception as error:  # safetensors reports damage with its own error types
+        safetensors_read.check_spans(entries, start, len(data))
+    except safetensors_read.HeaderError as error:
         raise CheckpointError(f"the file is damaged and cannot be read as safetensors ({error})") from None
+    tensors = safetensors_read.tensors(data, entries)
     _check_tensors(tensors, expected, reference)
-    model = build(cfg).to(tensors[reference].dtype)
-    model.load_state_dict(tensors)
+    model.load_state_dict(tensors, assign=True)
     model.tokenizer = tokenizer
     return model
 
@@ -143,7 +146,7 @@ def _check_size(cfg: ModelConfig | LSTMConfig, n_bytes: int) -> None:
                               "bytes: it is truncated or its config is not the one its weights were saved with")
 
 
-def _check_entries(entries: dict, expected: dict[str, torch.Tensor]) -> None:
+def _check_entries(entries: dict[str, safetensors_read.Entry], expected: dict[str, torch.Tensor]) -> None:
     """The header's tensor names and shapes against the config's, before safetensors reads any tensor."""
     missing, unexpected = sorted(set(expected) - set(entries)), sorted(set(entries) - set(expected))
     if missing:
@@ -152,10 +155,7 @@ def _check_entries(entries: dict, expected: dict[str, torch.Tensor]) -> None:
         names = ", ".join(name[:60] for name in unexpected[:5])
         raise CheckpointError(f"the checkpoint has {len(unexpected)} weight(s) its config does not use: {names}")
     for name, want in expected.items():
-        entry = entries[name]
-        shape = entry.get("shape") if isinstance(entry, dict) else None
-        if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in shape):
-            raise CheckpointError(f"{name} has no shape in the header; the file is damaged")
+        shape = entries[name].shape
         if shape != list(want.shape):
             shown = str(shape) if len(str(shape)) <= 60 else str(shape)[:59] + "…"
             raise CheckpointError(f"{name} has shape {shown}, but the config needs {list(want.shape)}")
@@ -179,27 +179,17 @@ def _not_safetensors(data: bytes, why: str) -> CheckpointError:
     return CheckpointError(f"this is not a safetensors file ({why}); it may be truncated or another format")
 
 
-def _read_header(data: bytes) -> tuple[dict[str, str], dict]:
-    """The header's metadata (strings) and its tensor entries (name -> dtype, shape, offsets)."""
+def _read_header(data: bytes) -> tuple[dict[str, str], dict[str, safetensors_read.Entry], int]:
+    """The header's metadata (strings), its tensor entries (name -> dtype, shape, offsets) and where the data
+    starts."""
     if not data:
         raise CheckpointError("the file is empty; choose a .safetensors checkpoint saved by this app or mechlib.io.save")
     if len(data) > MAX_BYTES:
         raise CheckpointError(_too_large(len(data)))
-    if len(data) < 8:
-        raise _not_safetensors(data, "it is too short")
-    (header_len,) = struct.unpack("<Q", data[:8])
-    if header_len > len(data) - 8 or header_len > 16 * 1024 * 1024:
-        raise _not_safetensors(data, "its header length is impossible")
     try:
-        header = json.loads(data[8 : 8 + header_len].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise _not_safetensors(data, "its header is not JSON") from None
-    if not isinstance(header, dict):
-        raise CheckpointError("this is not a safetensors file (its header is not a JSON object)")
-    metadata = header.get("__metadata__") or {}
-    if not isinstance(metadata, dict) or not all(isinstance(value, str) for value in metadata.values()):
-        raise CheckpointError("the safetensors metadata is not a JSON object of strings")  # as safetensors defines it
-    return metadata, {name: entry for name, entry in header.items() if name != "__metadata__"}
+        return safetensors_read.read_header(data, len(data))
+    except safetensors_read.HeaderError as error:
+        raise _not_safetensors(data, str(error)) from None
 
 
 def _read_config(metadata: dict[str, str], config_class: type) -> ModelConfig | LSTMConfig:

@@ -1,6 +1,6 @@
 """The bad-input catalogue, through the app as a student meets it: each bad input gets a message that names what is
-wrong, and the session's models survive it (its uploaded model stays in ``session_models``, byte for byte, and
-stays selected in the sidebar).
+wrong, and the session's models survive it (its uploaded model stays in ``session_models`` under its id, the
+server's store keeps its bytes, byte for byte, and it stays selected in the sidebar).
 
 Covered elsewhere, and not repeated here: crafted whole-number links, an LSTM checkpoint, the upload caps, Markdown
 in file names and tokenizers, the smallest vocabulary (tests/app/test_bad_inputs.py); each bad checkpoint's message
@@ -26,7 +26,7 @@ from streamlit.testing.v1 import AppTest
 from mechlib import io, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
-from classroom.store import short_id
+from classroom.store import STORE, short_id
 from tests.app.helpers import APP
 
 CFG = ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=4)
@@ -45,7 +45,7 @@ def session_with_my_model() -> AppTest:
 
 def assert_my_model_survived(at: AppTest) -> None:
     assert not at.exception, at.exception
-    assert at.session_state["session_models"] == {LABEL: MINE}
+    assert at.session_state["session_models"] == {LABEL: short_id(MINE)} and STORE.get(short_id(MINE)).data == MINE
     assert at.sidebar.selectbox(key="model").value == LABEL and at.session_state["model_choice"] == ("session", LABEL)
     assert any("1 layers × 2 heads" in c.value for c in at.sidebar.caption)  # the sidebar still describes it
 
@@ -87,22 +87,24 @@ def floats_as(dtype: torch.dtype):
     return lambda state: state.update({k: v.to(dtype) for k, v in state.items() if v.is_floating_point()})
 
 
-DAMAGED = "the file is damaged and cannot be read as safetensors (Error while deserializing: "
+DAMAGED = "the file is damaged and cannot be read as safetensors ("
 NOT_SAFETENSORS = "this is not a safetensors file (its header length is impossible); it may be truncated or another format"
-NOT_STRINGS = "the safetensors metadata is not a JSON object of strings"
+NOT_STRINGS = "this is not a safetensors file (its metadata is not a JSON object of strings)"
 CHECKPOINTS = {  # name: (bytes, the message after the file name; shown as "<name>: <message>. The previous …")
     "empty": (b"", "the file is empty; choose a .safetensors checkpoint saved by this app or mechlib.io.save"),
     "binary garbage": (bytes((i * 7919 + 13) % 256 for i in range(5000)), NOT_SAFETENSORS),
-    "truncated in the data": (MINE[:-100], DAMAGED + "incomplete metadata, file not fully covered)"),
+    "truncated in the data": (MINE[:-100], DAMAGED + "blocks.0.attn.mask's bytes (8,828–8,892) do not fit its shape "
+                                                      "and the file: the file is cut or damaged)"),
     "truncated in the header": (MINE[:100], NOT_SAFETENSORS),
     "header longer than the file": (struct.pack("<Q", len(MINE)) + MINE[8:], NOT_SAFETENSORS),
     "header length 2**63": (struct.pack("<Q", 2**63) + MINE[8:], NOT_SAFETENSORS),
     "offsets past the end": (header_says(lambda h: last_tensor(h)["data_offsets"].__setitem__(1, len(MINE) + 4096)),
-                             DAMAGED + "invalid shape, data type, or offset for tensor)"),
+                             DAMAGED + "blocks.0.attn.mask's bytes (8,828–14,356) do not fit its shape and the file"),
     "shape × dtype ≠ bytes": (header_says(lambda h: h["embed.W_E"].__setitem__("shape", [30, 17])),
                               "embed.W_E has shape [30, 17], but the config needs [30, 16]"),  # read in the header
     "an unknown dtype": (header_says(lambda h: h["embed.W_E"].__setitem__("dtype", "Q99")),
-                         DAMAGED + "invalid JSON in header: unknown variant `Q99`"),
+                         "this is not a safetensors file (embed.W_E has the dtype 'Q99', which is not one of "
+                         "safetensors' numbers)"),
     "a tokenizer that is a number": (metadata_says(tokenizer=5), NOT_STRINGS),        # crashed: TypeError
     "a tokenizer that is an object": (metadata_says(tokenizer={"kind": "word", "vocab": []}), NOT_STRINGS),
     "an architecture that is a list": (metadata_says(architecture=["lstm"]), NOT_STRINGS),  # crashed: unhashable
@@ -205,7 +207,7 @@ def test_an_odd_file_name_is_kept_as_typed_whether_the_file_is_good_or_bad(case)
                for c in at.sidebar.caption)
     at.sidebar.selectbox(key="model").set_value(LABEL).run()  # and back to the first: both are kept
     assert not at.exception and at.session_state["model_choice"] == ("session", LABEL)
-    assert at.session_state["session_models"] == {LABEL: MINE, other: OTHER}
+    assert at.session_state["session_models"] == {LABEL: short_id(MINE), other: short_id(OTHER)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,7 +297,7 @@ def test_rapid_sidebar_changes_keep_the_session_models():
     (error,) = [e.value for e in at.sidebar.error]
     assert "above this server's budget" in error and error.endswith("The previous model stays selected.")
     assert ModelConfig.from_json(at.session_state["model_choice"][1]) == cfg
-    assert at.session_state["session_models"] == {LABEL: MINE}
+    assert at.session_state["session_models"] == {LABEL: short_id(MINE)}
     at.sidebar.selectbox(key="model").set_value(LABEL).run()
     assert_my_model_survived(at)
 

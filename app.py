@@ -11,10 +11,11 @@ import mechlib
 from classroom import activity, live, models_folder, pages, shared, slides
 from classroom.admission import BudgetError, budget_mb, require_budget
 from classroom.server import collect_garbage, freeze_libraries, warm_up
-from classroom.session import add_session_model, current_model, session_id, session_model, teacher
-from classroom.store import ID_CHARS, STORE, StoreError, admit
+from classroom.session import (PROMPT_CHARS, add_session_model, current_model, list_session_model, session_id,
+                               teacher)
+from classroom.store import ID_CHARS, STORE, TEACHER, StoreError, admit, short_id
 from classroom.text import literal, quoted
-from classroom.widgets import clean_url_ints, copy_link, select_slider, slider, url_notes
+from classroom.widgets import clean_url_ints, clean_url_text, copy_link, select_slider, slider, url_notes
 from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import device_label
@@ -68,7 +69,7 @@ def upload_checkpoint() -> None:
     if digest not in refused:
         try:
             admit(data)
-            model = zoo.from_checkpoint(data)[1]
+            model = zoo.stored(short_id(data), lambda: data)  # built once: the store's validation finds it built
             if not isinstance(model.cfg, ModelConfig):
                 refused[digest] = ("this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses "
                                    "its own models")
@@ -77,7 +78,7 @@ def upload_checkpoint() -> None:
     if digest in refused:
         st.error(f"{quoted(upload.name)}: {refused[digest]}. The previous model stays selected.")
         return
-    if data not in st.session_state["session_models"].values():
+    if short_id(data) not in st.session_state["session_models"].values():
         add_session_model("uploaded", upload.name, data)
         st.rerun()
 
@@ -98,7 +99,9 @@ def folder_model(entry: models_folder.Entry) -> None:
 def folder_listing(listed: list[models_folder.Entry]) -> None:
     """The class's models folder: each model's kind and size on disk, and its shape where its config reads."""
     with st.expander(f"models folder ({len(listed)})", expanded=False):
-        st.caption(f"{literal(str(models_folder.folder()))}, named by {models_folder.SETTING}")
+        # the folder's path is the server's disk: shown to the teacher's browser only
+        where = literal(str(models_folder.folder())) if teacher() else "the class's models folder"
+        st.caption(f"{where}, named by {models_folder.SETTING}")
         for entry in listed:
             try:
                 cfg = models_folder.config(entry)
@@ -113,11 +116,7 @@ def describe_choice() -> str:
     choice = st.session_state.get("model_choice")
     if choice is None:
         return "no model chosen yet"
-    if choice[0] == "folder":
-        model = current_model()[1]
-    else:
-        model = {"zoo": lambda: zoo.load(choice[1]), "random": lambda: None,
-                 "session": lambda: session_model(choice[1])}[choice[0]]()
+    model = None if choice[0] == "random" else current_model()[1]
     cfg = ModelConfig.from_json(choice[1]) if choice[0] == "random" else model.cfg
     where = {"zoo": "trained here, shipped with the app", "random": "random weights", "session": literal(choice[1]),
              "folder": f"{literal(choice[1])} from the models folder"}[choice[0]]
@@ -135,7 +134,7 @@ def read_linked_model(asked: str, options: list[str], label: Callable[[str], str
         st.query_params["model"] = label(asked)
     elif linked := LINKED.match(asked):
         try:
-            st.query_params["model"] = add_session_model(linked["kind"], "", STORE.get(linked["id"]).data)
+            st.query_params["model"] = list_session_model(STORE.label(linked["id"]), linked["id"])
         except StoreError as error:
             st.session_state["url_notes"] = [f"The link's model: {error}. The default model is shown instead."]
             del st.query_params["model"]
@@ -162,7 +161,7 @@ def teachers_model() -> None:
     if not (isinstance(held, str) and (linked := LINKED.match(held))) or held in st.session_state["session_models"]:
         return
     try:
-        add_session_model(linked["kind"], "", STORE.get(linked["id"]).data)
+        list_session_model(STORE.label(linked["id"]), linked["id"])
     except StoreError as error:
         st.session_state["url_notes"] = [f"The teacher's model “{quoted(held)}” cannot be opened here: {error}. The "
                                          "default model is shown instead, so your screen differs from the teacher's."]
@@ -216,7 +215,7 @@ def pin_toggle(key: str) -> None:
     """The teacher's pin for the stored model ``key``: kept on the server while it runs, whatever the class
     trains or uploads, so the lesson's links to it never expire."""
     def flip() -> None:
-        (STORE.pin if st.session_state[f"pin {key}"] else STORE.unpin)(key)
+        STORE.pin(key, TEACHER) if st.session_state[f"pin {key}"] else STORE.unpin(key)
 
     st.session_state[f"pin {key}"] = STORE.pinned(key)
     st.toggle("Pin for the class", key=f"pin {key}", on_change=flip, help="Keep this model on the server while it "
@@ -226,6 +225,7 @@ def pin_toggle(key: str) -> None:
 
 def sidebar() -> None:
     clean_url_ints(URL_INTS)
+    clean_url_text("prompt", PROMPT_CHARS)
     st.badge(device_label(), icon=":material/memory:", color="green" if mechlib.device.DEVICE.type == "cuda" else "gray")
     st.number_input("seed", *URL_INTS["seed"], 0, key="seed", bind="query-params",
                     help="Every random weight and token on every page is drawn from this seed.")

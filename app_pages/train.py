@@ -14,6 +14,7 @@ from classroom.layout import beside, figure, prose, show
 from classroom.part import record
 from classroom.questions import answer_line, ask
 from classroom.session import add_session_model, session_id
+from classroom.store import STORE, short_id
 from classroom.text import literal
 from classroom.widgets import select_slider, slider
 from mechlib import data, figures, induction, train, zoo
@@ -150,8 +151,9 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
         st.error(f"Training finished, but its model cannot be used: {error}. Try a smaller learning rate.")
         return
     preset = task == PRESET.name
-    digest, shared = zoo.from_checkpoint(model)
-    circuit = compute(induction.induction_circuit, shared, key=("session", digest)) if preset else None
+    key = short_id(model)
+    shared = STORE.model(key)
+    circuit = compute(induction.induction_circuit, shared, key=("session", key)) if preset else None
     labels = data.token_labels(shared.tokenizer, reports[-1].watched)  # the watched sequence, for the hover view
     st.session_state["last_trained"] = {"label": label, "history": history, "seconds": seconds, "last": reports[-1],
                                         "labels": labels, "length": length, "preset": preset, "circuit": circuit,
@@ -303,7 +305,8 @@ def trained_last() -> None:
         st.success(f"Final loss {final['loss']:.3f} nats/token, second-repeat loss {final['repeat_loss']:.3f}"
                    f"{' · ' + scores if scores else ''}. Training took {last['seconds']:.1f} s here "
                    f"({final['step'] / last['seconds']:.1f} steps/s). It is in the sidebar's model list for this session.")
-    st.download_button("Download as .safetensors", st.session_state["session_models"][last["label"]],
+    key = st.session_state["session_models"][last["label"]]
+    st.download_button("Download as .safetensors", lambda: STORE.get(key).data,
                        file_name="addition-machines-model.safetensors", mime="application/octet-stream",
                        icon=":material/download:")
 

@@ -4,14 +4,15 @@ its append-only file). Each operation is one Lua script, so the bounds hold whic
 bounds as ``LocalStore`` (a count, a count per owner, bytes, a lifetime after the last use) and the same pins.
 
 Keys, under ``PREFIX``: ``ckpt:<id>`` a hash (label, data, owner); ``used`` a sorted set of ids by last use (the
-replicas' wall clock, seconds); ``pinned`` a list of ids, the longest pinned first."""
+replicas' wall clock, seconds); ``pins`` a hash of pinned ids to who pinned them, and ``pinned:<holder>`` each
+holder's pinned ids, the longest pinned first."""
 
 import time
 from collections.abc import Callable
 
 import redis
 
-from classroom.store import MAX_COUNT, MAX_MB, MAX_PINNED, PER_OWNER, TTL_S, CheckpointStore, Stored
+from classroom.store import MAX_COUNT, MAX_MB, PER_OWNER, TTL_S, CheckpointStore, Stored, max_pinned
 
 __all__ = ["RedisStore", "PREFIX"]
 
@@ -28,7 +29,7 @@ local function drop(id)
 end
 local function evict(keep)
   local pins = {}
-  for _, id in ipairs(redis.call('LRANGE', P .. 'pinned', 0, -1)) do pins[id] = true end
+  for _, id in ipairs(redis.call('HKEYS', P .. 'pins')) do pins[id] = true end
   local loose = {}
   for _, id in ipairs(redis.call('ZRANGE', P .. 'used', 0, -1)) do
     if not pins[id] then
@@ -84,12 +85,32 @@ redis.call('ZADD', P .. 'used', now, ARGV[7])
 return redis.call('HMGET', key, 'label', 'data')
 """
 
-# ARGV[7]: id, ARGV[8]: the most pinned at once. 0 when there is no such entry.
-_PIN = _EVICT + """
-if redis.call('EXISTS', P .. 'ckpt:' .. ARGV[7]) == 0 then return 0 end
-redis.call('LREM', P .. 'pinned', 0, ARGV[7])
-redis.call('RPUSH', P .. 'pinned', ARGV[7])
-redis.call('LTRIM', P .. 'pinned', -tonumber(ARGV[8]), -1)
+# ARGV[7]: id. Applies the bounds, then renews the entry's use; its label, nil when there is none.
+_LABEL = _EVICT + """
+evict('')
+local key = P .. 'ckpt:' .. ARGV[7]
+if redis.call('EXISTS', key) == 0 then return nil end
+redis.call('ZADD', P .. 'used', now, ARGV[7])
+return redis.call('HGET', key, 'label')
+"""
+
+# Unpins ARGV[7] (whoever pinned it).
+_UNPIN = """
+local P, id = ARGV[1], ARGV[7]
+local holder = redis.call('HGET', P .. 'pins', id)
+if holder then
+  redis.call('LREM', P .. 'pinned:' .. holder, 0, id)
+  redis.call('HDEL', P .. 'pins', id)
+end
+"""
+
+# ARGV[7]: id, ARGV[8]: who pins it, ARGV[9]: the most that holder may keep pinned. 0 when there is no such entry.
+_PIN = _EVICT + _UNPIN + """
+if redis.call('EXISTS', P .. 'ckpt:' .. id) == 0 then return 0 end
+local mine = P .. 'pinned:' .. ARGV[8]
+redis.call('HSET', P .. 'pins', id, ARGV[8])
+redis.call('RPUSH', mine, id)
+while redis.call('LLEN', mine) > tonumber(ARGV[9]) do redis.call('HDEL', P .. 'pins', redis.call('LPOP', mine)) end
 return 1
 """
 
@@ -108,8 +129,8 @@ class RedisStore(CheckpointStore):
         self.max_bytes, self.ttl_s = max_mb * 2**20, ttl_s
         self._client, self._clock, self._prefix = client, clock, prefix
         self._bounds = (ttl_s, max_count, self.max_bytes, per_owner)
-        self._put, self._get, self._pin_script, self._count = (client.register_script(script)
-                                                                for script in (_PUT, _GET, _PIN, _COUNT))
+        self._put, self._get, self._label_script, self._pin_script, self._unpin_script, self._count = (
+            client.register_script(script) for script in (_PUT, _GET, _LABEL, _PIN, _UNPIN, _COUNT))
 
     def _args(self, *more) -> list:
         return [self._prefix, self._clock(), *self._bounds, *more]
@@ -122,14 +143,18 @@ class RedisStore(CheckpointStore):
         found = self._get(args=self._args(key))
         return None if found is None else Stored(found[0].decode(), found[1])
 
-    def _pin(self, key: str) -> bool:
-        return bool(self._pin_script(args=self._args(key, MAX_PINNED)))
+    def _label(self, key: str) -> str | None:
+        label = self._label_script(args=self._args(key))
+        return None if label is None else label.decode()
+
+    def _pin(self, key: str, holder: str) -> bool:
+        return bool(self._pin_script(args=self._args(key, holder, max_pinned(holder))))
 
     def unpin(self, key: str) -> None:
-        self._client.lrem(self._prefix + "pinned", 0, key)
+        self._unpin_script(args=self._args(key))
 
     def pinned(self, key: str) -> bool:
-        return self._client.lpos(self._prefix + "pinned", key) is not None
+        return bool(self._client.hexists(self._prefix + "pins", key))
 
     def __len__(self) -> int:
         return int(self._count(args=self._args()))

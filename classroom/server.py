@@ -39,12 +39,14 @@ def collect_garbage() -> None:
     own (``runner.postScriptGC``, off in .streamlit/config.toml) runs one after every run of every session with
     the GIL held: with thirty sessions' figures and export menus alive it took ~80 ms, and 55 % of the server's
     time under a class of 30 (py-spy --gil while ``bench/classroom_load`` ran). Collections are still needed: a
-    plotly figure is a cycle of objects, so without them a class's garbage held 500 MB more."""
+    plotly figure is a cycle of objects, so without them a class's garbage held 500 MB more. The shared models idle
+    past their lifetime go first (``zoo.sweep``)."""
     now = time.monotonic()
     if now - _last_collection[0] < GC_EVERY_S or not _collecting.acquire(blocking=False):
         return
     try:
         _last_collection[0] = now
+        zoo.sweep()  # the idle stored models first, so this collection frees them
         gc.collect()
     finally:
         _collecting.release()

@@ -12,11 +12,12 @@ import streamlit as st
 from classroom import models_folder, pages
 from classroom.admission import MEMORY, BudgetError
 from classroom.slides import controls
-from classroom.store import STORE, short_id
+from classroom.store import STORE, StoreError, short_id
 from classroom.text import literal
 from mechlib import data, zoo
 from mechlib.checks import UNK_SHARE_MAX
 from mechlib.config import ModelConfig
+from mechlib.io import CheckpointError
 from mechlib.model import Transformer
 
 SESSION_MODELS = 8  # trained or uploaded models a session lists; the oldest goes first
@@ -61,31 +62,32 @@ def teacher() -> bool:
 
 def add_session_model(kind: str, name: str, data: bytes, pin: bool = False) -> str:
     """Keep a trained or uploaded checkpoint in the server's store under a short id (validated there; raises
-    ``CheckpointError``), so a link to it works in any session until it expires, and list it in this session;
-    the sidebar selects it on the next run (a widget's value cannot change after it is drawn). The session
-    keeps the bytes as well, so its own models survive the store and the model cache evicting them.
-    Returns the model's label, "trained k3q7m2xa4rbt5wzd: <name>": links need only its kind and id, and a
-    session that opens one without a name (``name=""``) lists the model under the label it was first stored
-    with. ``pin`` keeps it in the store while the server runs (the preset's result: the lesson's links name it)."""
+    ``CheckpointError``), so a link to it works in any session until it expires, and list it in this session by
+    its id (``list_session_model``): the session keeps no bytes of its own, so a model has one copy in the process
+    whoever uploaded or linked it. Returns its label, "trained k3q7m2xa4rbt5wzd: <name>". ``pin`` keeps it in the
+    store for this browser while the server runs (the preset's result: the lesson's links name it), within the
+    browser's own bound of pins."""
     stored = STORE.put(kind, name, data, browser_id())
+    key = short_id(data)
     if pin:
-        STORE.pin(short_id(data))
-    label = f"{kind} {short_id(data)}: {name}" if name else stored.label
+        STORE.pin(key, browser_id())
+    return list_session_model(f"{kind} {key}: {name}" if name else stored.label, key)
+
+
+def list_session_model(label: str, key: str) -> str:
+    """List the stored model ``key`` under ``label`` in this session (its last ``SESSION_MODELS``); the sidebar
+    selects it on the next run (a widget's value cannot change after it is drawn). Returns the label."""
     models = st.session_state.setdefault("session_models", {})
     models.pop(label, None)
-    models[label] = data
+    models[label] = key
     while len(models) > SESSION_MODELS:
         models.pop(next(iter(models)))
     st.session_state["select_model"] = label
     return label
 
 
-def session_model(label: str) -> Transformer:
-    """This session's model ``label``: from the shared cache, or validated again from its bytes."""
-    return zoo.from_checkpoint(st.session_state["session_models"][label])[1]
-
-
 DEFAULT_PROMPT = "the class of an object is its type . the class of an object is"
+PROMPT_CHARS = 2_000  # the longest prompt, typed or in a link (widgets.clean_url_text)
 
 
 def current_model() -> tuple[tuple, Transformer]:
@@ -108,8 +110,12 @@ def current_model() -> tuple[tuple, Transformer]:
         except (models_folder.FolderError, BudgetError) as error:
             st.error(f"{literal(str(error))}. Choose another model in the sidebar.")
             st.stop()
-    digest, model = zoo.from_checkpoint(st.session_state["session_models"][choice[1]])
-    return ("session", digest), model
+    key = st.session_state["session_models"][choice[1]]
+    try:
+        return ("session", key), STORE.model(key)
+    except (StoreError, CheckpointError) as error:
+        st.error(f"{literal(str(error))}. Choose another model in the sidebar.")
+        st.stop()
 
 
 @functools.lru_cache(maxsize=8)  # by the tokenizer object: a shared model's, kept while it is cached here
@@ -137,7 +143,7 @@ def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
 
         st.selectbox("examples whose every token this model knows", examples, None, key="example",
                      on_change=use_example, placeholder="choose one to replace the prompt…")
-        text = st.text_input("prompt", DEFAULT_PROMPT, key="prompt", bind="query-params", max_chars=2000)
+        text = st.text_input("prompt", DEFAULT_PROMPT, key="prompt", bind="query-params", max_chars=PROMPT_CHARS)
         prompt = data.prompt_ids(tokenizer, text, n_ctx)
         if prompt.full_length > n_ctx:
             st.info(f"The prompt is {prompt.full_length:,} tokens with <bos>; this model reads at most {n_ctx}, "

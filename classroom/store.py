@@ -1,11 +1,13 @@
 """Checkpoints shared by a short id: a model trained or uploaded in one session, reachable from a link in another.
 
-A teacher trains a model and shares the link; thirty students open it, and a reload does not lose it. The
-store is server-wide (in this process, or in Redis for every replica: ``shared``) and bounded four ways: a number of checkpoints, a number per owner (a browser) that made
-them, a number of bytes, and a lifetime after the last use. A pinned checkpoint (the preset's result, a model the
-teacher pins for a lesson) is outside all four: the class's links to it never expire. Every
-checkpoint is validated as an upload is (``zoo.from_checkpoint``) when it comes in, so a link can only ever name a
-model that loads.
+A teacher trains a model and shares the link; thirty students open it, and a reload does not lose it. The store is
+server-wide (in this process, or in Redis for every replica: ``shared``) and bounded four ways: a number of
+checkpoints, a number per owner (a browser) that made them, a number of bytes, and a lifetime after the last use. A
+pinned checkpoint (a browser's preset result, a model the teacher pins for a lesson) is outside all four: the class's
+links to it never expire; pins are bounded per holder, so no student's trainings unpin the teacher's. Every
+checkpoint is validated as an upload is (``zoo.stored``: the model is built) when it comes in, so a link can only
+ever name a model that loads. Sessions keep a stored model's id, never its bytes: one copy per process, whoever
+uploaded or linked it (``model``).
 """
 
 import base64
@@ -22,7 +24,9 @@ from mechlib.io import MAX_BYTES, CheckpointError
 
 ID_CHARS = 16           # base32 letters of the content's sha256: 80 bits. 40 bits fell to a birthday search in 10 minutes
 MAX_COUNT = 64
-MAX_PINNED = 8          # pinned checkpoints; pinning a ninth unpins the one pinned longest ago
+MAX_PINNED = 8          # the teacher's pins; pinning a ninth unpins the one the teacher pinned longest ago
+PRESET_PINS = 2         # each browser's preset results, pinned (the lesson's links name them): its third unpins its first
+TEACHER = "teacher"     # who pins for a lesson (the app offers it to a browser on the server's own machine)
 PER_OWNER = 8           # one browser's share: a student uploading checkpoint after checkpoint pushes out only their own
 MAX_MB = 512.0
 TTL_S = 12 * 3600.0     # a class and its homework: twelve hours after the last time a session opened it
@@ -45,6 +49,12 @@ class Stored:
 def short_id(data: bytes) -> str:
     """The first ``ID_CHARS`` base32 letters of the checkpoint's sha256, lower case: the same bytes, the same id."""
     return base64.b32encode(hashlib.sha256(data).digest()).decode()[:ID_CHARS].lower()
+
+
+def max_pinned(holder: str) -> int:
+    """How many checkpoints ``holder`` may keep pinned: the teacher's pins for a lesson, or a browser's preset
+    results. A student's pins never unpin the teacher's: pins are bounded per holder."""
+    return MAX_PINNED if holder == TEACHER else PRESET_PINS
 
 
 def admit(data: bytes) -> None:
@@ -74,8 +84,8 @@ class CheckpointStore:
             raise CheckpointError(f"the checkpoint is {len(data) / 10**6:,.1f} MB; links keep checkpoints up to "
                                   f"{min(MAX_BYTES, self.max_bytes) / 10**6:,.0f} MB")
         admit(data)
-        zoo.from_checkpoint(data)
         key = short_id(data)
+        zoo.stored(key, lambda: data)
         stored = self._keep(key, Stored(f"{kind} {key}: {name}", data), owner)
         if stored.data != data:
             raise CheckpointError(f"another checkpoint is kept under this one's id {key}; it cannot be shared "
@@ -85,14 +95,29 @@ class CheckpointStore:
     def get(self, key: str) -> Stored:
         """The checkpoint with this id, its lifetime renewed; raises ``StoreError`` saying why there is none."""
         if (stored := self._find(key)) is None:
-            raise StoreError(f"no model with id {key} is kept on this server: it was never made here, or it "
-                             f"expired ({self.ttl_s / 3600:g} h after its last use, or pushed out by newer ones)")
+            raise self._missing(key)
         return stored
 
-    def pin(self, key: str) -> None:
-        """Keep the checkpoint ``key`` outside every bound; past ``MAX_PINNED``, the one pinned longest ago is
-        unpinned. Raises ``StoreError`` when there is none."""
-        if not self._pin(key):
+    def label(self, key: str) -> str:
+        """The label of the checkpoint with this id, its lifetime renewed, without its bytes; raises ``StoreError``."""
+        if (label := self._label(key)) is None:
+            raise self._missing(key)
+        return label
+
+    def model(self, key: str):
+        """The shared read-only model of the checkpoint ``key``: one per process for every session that studies it,
+        its bytes read from the store only when it is not built here (``zoo.stored``). Raises ``StoreError``."""
+        return zoo.stored(key, lambda: self.get(key).data)
+
+    def _missing(self, key: str) -> StoreError:
+        return StoreError(f"no model with id {key} is kept on this server: it was never made here, or it expired "
+                          f"({self.ttl_s / 3600:g} h after its last use, or pushed out by newer ones)")
+
+    def pin(self, key: str, holder: str) -> None:
+        """Keep the checkpoint ``key`` outside every bound, pinned by ``holder`` (``TEACHER``, or a browser for its
+        preset results); past ``max_pinned(holder)``, the one that holder pinned longest ago is unpinned. Raises
+        ``StoreError`` when there is none."""
+        if not self._pin(key, holder):
             raise StoreError(f"no model with id {key} is kept on this server to pin")
 
     def _keep(self, key: str, stored: Stored, owner: str) -> Stored:
@@ -104,7 +129,11 @@ class CheckpointStore:
         """The entry under ``key`` with its last use renewed, after the bounds are applied; None if there is none."""
         raise NotImplementedError
 
-    def _pin(self, key: str) -> bool:
+    def _label(self, key: str) -> str | None:
+        """``_find``'s label alone: a link names a model without its bytes crossing from Redis."""
+        raise NotImplementedError
+
+    def _pin(self, key: str, holder: str) -> bool:
         raise NotImplementedError
 
     def unpin(self, key: str) -> None:
@@ -125,7 +154,7 @@ class LocalStore(CheckpointStore):
         self.max_bytes, self.ttl_s = max_mb * 2**20, ttl_s
         self._items: Bounded[Stored] = Bounded(max_count=lambda: max_count, max_size=lambda: self.max_bytes,
                                                size=lambda stored: len(stored.data), per_group=lambda owner: per_owner,
-                                               ttl_s=ttl_s, max_pinned=MAX_PINNED, clock=clock)
+                                               ttl_s=lambda owner: ttl_s, max_pinned=max_pinned, clock=clock)
 
     def _keep(self, key: str, stored: Stored, owner: str) -> Stored:
         return self._items.put(key, stored, owner)
@@ -133,8 +162,11 @@ class LocalStore(CheckpointStore):
     def _find(self, key: str) -> Stored | None:
         return self._items.get(key)
 
-    def _pin(self, key: str) -> bool:
-        return self._items.pin(key)
+    def _label(self, key: str) -> str | None:
+        return stored.label if (stored := self._items.get(key)) is not None else None
+
+    def _pin(self, key: str, holder: str) -> bool:
+        return self._items.pin(key, holder)
 
     def unpin(self, key: str) -> None:
         self._items.unpin(key)

@@ -9,6 +9,7 @@ A zoo model is a ``Model``: a ``Transformer`` or, for the LSTM analogy, an ``LST
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -22,11 +23,14 @@ from mechlib.device import DEVICE
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
-__all__ = ["Model", "random_model", "from_checkpoint", "folder_weights", "from_folder", "LIMITS", "cache_mb", "model_mb", "Recipe", "RECIPES", "names", "load",
+__all__ = ["Model", "random_model", "from_checkpoint", "stored", "sweep", "folder_weights", "from_folder", "LIMITS", "cache_mb", "model_mb", "Recipe", "RECIPES", "names", "load",
            "snapshot_steps", "load_snapshot", "history"]
 
 # Models of each kind kept at once; the least recently used goes first. Their sizes are bounded too: ``cache_mb``.
 LIMITS = {"random": 8, "upload": 16, "zoo": 8, "snapshot": 24, "folder": 4}
+# A stored checkpoint's model unused this long goes (``sweep``): its bytes stay where they are kept (a server's store),
+# and it is built again in a fraction of a second. The class's other models stay while the bounds allow.
+IDLE_S = {"upload": 120.0}
 
 
 def cache_mb() -> float:
@@ -41,7 +45,14 @@ def model_mb(model: "Model") -> float:
 
 Model = Transformer | LSTM  # what the zoo and io.load give back
 
-_models: Bounded[Model] = Bounded(max_size=lambda: cache_mb(), size=model_mb, per_group=lambda kind: LIMITS[kind])
+_models: Bounded[Model] = Bounded(max_size=lambda: cache_mb(), size=model_mb, per_group=lambda kind: LIMITS[kind],
+                                  ttl_s=lambda kind: IDLE_S.get(kind, math.inf))
+
+
+def sweep() -> None:
+    """Drop the models idle past ``IDLE_S`` now (a server calls this between runs: after a class leaves, nobody asks
+    the cache for anything)."""
+    _models.sweep()
 
 
 def _cached(key: tuple, build: Callable[[], Model]) -> Model:
@@ -62,7 +73,14 @@ def random_model(cfg: ModelConfig, admit: Callable[[], AbstractContextManager] =
 def from_checkpoint(data: bytes) -> tuple[str, Model]:
     """(sha256 digest, the shared read-only model) of an uploaded checkpoint; raises ``io.CheckpointError``."""
     digest = hashlib.sha256(data).hexdigest()
-    return digest, _cached(("upload", digest, str(DEVICE)), lambda: io.load(data))
+    return digest, stored(digest, lambda: data)
+
+
+def stored(key: str, read: Callable[[], bytes]) -> Model:
+    """The shared read-only model of the checkpoint named ``key`` (a content hash: one name, one checkpoint), its
+    bytes asked of ``read()`` only when it is not cached here: a server's sessions share one model however many
+    of them open it, and its bytes cross from a store elsewhere (Redis) once. Raises ``io.CheckpointError``."""
+    return _cached(("upload", key, str(DEVICE)), lambda: io.load(read()))
 
 
 def folder_weights(path: Path) -> Path:

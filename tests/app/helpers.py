@@ -46,11 +46,14 @@ def shown_checks(at: AppTest) -> list[tuple[float, float, float, bool]]:
 
 
 def open_page_with_model(path: str, model, **state) -> AppTest:
-    """``open_page`` with ``model`` among this session's models and chosen in the sidebar, as after an upload."""
+    """``open_page`` with ``model`` among this session's models and chosen in the sidebar, as after an upload: kept
+    in the server's store, listed by its id."""
+    from classroom.store import STORE, short_id
     from mechlib import io
 
-    label = "uploaded: test.safetensors"
-    return open_page(path, session_models={label: io.to_bytes(model)}, model=label, **state)
+    data = io.to_bytes(model)
+    label = STORE.put("uploaded", "test.safetensors", data, "a test's browser").label
+    return open_page(path, session_models={label: short_id(data)}, model=label, **state)
 
 
 def reveal(at: AppTest, key: str) -> tuple[str, str]:

@@ -8,7 +8,7 @@ import redis
 
 from classroom import store
 from classroom.redis_store import RedisStore
-from classroom.store import ID_CHARS, LocalStore, StoreError, short_id
+from classroom.store import ID_CHARS, MAX_PINNED, PRESET_PINS, TEACHER, LocalStore, StoreError, short_id
 from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.io import CheckpointError
@@ -116,7 +116,7 @@ def test_a_pinned_checkpoint_outlives_every_bound(Store):
     clock, data = Clock(), [checkpoint(seed) for seed in range(6)]
     store = Store(max_count=2, per_owner=1, ttl_s=100, clock=clock)
     store.put("trained", "the lesson's model", data[0], "teacher")
-    store.pin(short_id(data[0]))
+    store.pin(short_id(data[0]), TEACHER)
     store.put("trained", "the teacher's next", data[1], "teacher")  # the teacher's share is 1: the pinned one stays
     for seed in range(2, 6):  # other browsers fill the store past its count
         store.put("uploaded", str(seed), data[seed], f"student {seed}")
@@ -127,25 +127,48 @@ def test_a_pinned_checkpoint_outlives_every_bound(Store):
     with pytest.raises(StoreError):
         store.get(short_id(data[0]))
     with pytest.raises(StoreError, match="to pin"):
-        store.pin("nothing")
+        store.pin("nothing", TEACHER)
 
 
 def test_pins_are_bounded_the_oldest_released_first(Store):
-    from classroom.store import MAX_PINNED
-
     store = Store()
     keys = [short_id(store.put("trained", str(seed), checkpoint(seed), f"teacher {seed}").data)
             for seed in range(MAX_PINNED + 1)]
     for key in keys:
-        store.pin(key)
+        store.pin(key, TEACHER)
     assert not store.pinned(keys[0]) and all(store.pinned(key) for key in keys[1:])
+    store.unpin(keys[1])
+    assert not store.pinned(keys[1]) and store.pinned(keys[2])
+
+
+def test_a_students_preset_results_never_unpin_the_teachers_model(Store):
+    """Issue 38, M5: eight preset trainings of one student unpinned the teacher's pinned model (the store's pins were
+    one list, the oldest out first, whoever pinned it); pins are bounded per holder now."""
+    store = Store(max_count=2)
+    lesson = short_id(store.put("trained", "the lesson's model", checkpoint(0), "the teacher's browser").data)
+    store.pin(lesson, TEACHER)
+    presets = []
+    for seed in range(1, 10):  # each preset's result is pinned as it is kept (session.add_session_model)
+        presets.append(short_id(store.put("trained", f"preset {seed}", checkpoint(seed), "a student").data))
+        store.pin(presets[-1], "a student")
+    assert store.pinned(lesson) and store.get(lesson).label == f"trained {lesson}: the lesson's model"
+    assert [store.pinned(key) for key in presets] == [False] * (9 - PRESET_PINS) + [True] * PRESET_PINS
+
+
+def test_a_label_is_read_without_the_checkpoints_bytes_and_the_model_is_built_once(Store, monkeypatch):
+    store, data = Store(), checkpoint(3)
+    key = short_id(store.put("uploaded", "mine.safetensors", data, "a student").data)
+    read = []
+    monkeypatch.setattr(store, "_find", lambda key: read.append(key))  # a read of the bytes would be recorded here
+    assert store.label(key) == f"uploaded {key}: mine.safetensors" and read == []
+    assert store.model(key) is store.model(key) and read == []  # built when it was put: its bytes are not read again
 
 
 def test_a_checkpoint_above_the_memory_budget_is_refused_from_its_header_before_it_is_built(monkeypatch, Store):
     data = checkpoint(0)
     monkeypatch.setenv("MECHLIB_MEMORY_BUDGET_MB", "0.001")
     built = []
-    monkeypatch.setattr(store.zoo, "from_checkpoint", built.append)
+    monkeypatch.setattr(store.zoo, "stored", lambda key, read: built.append(key))
     with pytest.raises(CheckpointError, match=r"the checkpoint is too large for this server: its model of [\d,]+ "
                                               r"parameters would need about 0 MB, above this server's budget of 0 MB"):
         Store().put("uploaded", "mine.safetensors", data, "browser a")

@@ -1,5 +1,6 @@
 """The bounded map under the zoo's shared models and the store's checkpoints: which entry goes, and when."""
 
+import math
 import threading
 import time
 
@@ -49,7 +50,7 @@ def test_the_first_value_and_group_put_under_a_key_stay():
 
 def test_an_entry_expires_its_lifetime_after_its_last_use_and_a_pinned_one_never():
     clock = Clock()
-    kept = Bounded(ttl_s=100, max_count=lambda: 1, max_pinned=1, clock=clock)
+    kept = Bounded(ttl_s=lambda group: 100, max_count=lambda: 1, max_pinned=lambda holder: 1, clock=clock)
     kept.put("pinned", 0)
     assert kept.pin("pinned") and not kept.pin("nothing here")
     kept.put("a", 1)                   # the pinned entry counts toward no bound
@@ -62,13 +63,23 @@ def test_an_entry_expires_its_lifetime_after_its_last_use_and_a_pinned_one_never
 
 
 def test_past_its_pins_the_one_pinned_longest_ago_is_unpinned():
-    kept = Bounded(max_count=lambda: 0, max_pinned=2)
+    kept = Bounded(max_count=lambda: 0, max_pinned=lambda holder: 2)
     for key in "abc":
         kept.put(key, key)
         kept.pin(key)
     assert [kept.pinned(key) for key in "abc"] == [False, True, True]
     kept.put("d", "d")                 # a, unpinned, now counts against a bound of 0 and goes
     assert kept.keys() == ["b", "c", "d"]
+
+
+def test_each_holder_pins_within_its_own_bound_and_never_unpins_anothers():
+    kept = Bounded(max_pinned=lambda holder: 8 if holder == "teacher" else 1)
+    kept.put("lesson", 0)
+    kept.pin("lesson", "teacher")
+    for key in "abcdefghij":  # a student's presets, pinned one after another
+        kept.put(key, key)
+        kept.pin(key, "student")
+    assert kept.pinned("lesson") and kept.pinned("j") and not any(kept.pinned(key) for key in "abcdefghi")
 
 
 def test_concurrent_first_requests_build_once_and_a_failed_build_leaves_nothing():
@@ -95,3 +106,13 @@ def test_concurrent_first_requests_build_once_and_a_failed_build_leaves_nothing(
         except ValueError:
             pass
     assert kept.keys() == ["k"] and kept._building == {}
+
+
+def test_a_groups_lifetime_applies_to_its_own_and_a_sweep_applies_it_unasked():
+    clock = Clock()
+    kept = Bounded(ttl_s=lambda group: 120 if group == "upload" else math.inf, clock=clock)
+    kept.put("uploaded", 1, "upload")
+    kept.put("zoo", 2, "zoo")
+    clock.now = 121
+    kept.sweep()  # nobody asked for anything: the idle upload goes all the same
+    assert kept.keys() == ["zoo"]

@@ -10,6 +10,7 @@ its browser clicking the link itself (``_follow_link``). The teacher's token arr
 import time
 from urllib.parse import urlencode
 
+import redis
 import segno
 import streamlit as st
 
@@ -56,8 +57,16 @@ def following() -> bool:
 
 
 def _student() -> str:
+    """This session: the teacher's lead is a session's (the projector's browser, or the laptop's)."""
     from classroom.session import session_id
     return session_id()
+
+
+def _voter() -> str:
+    """This browser: a student in the class, who answers once and is counted once however many tabs or reloads
+    (``session.browser_id``: the token of its cookie; forty tabs of one browser answered forty times)."""
+    from classroom.session import browser_id
+    return browser_id()
 
 
 def _join(typed: str, token: str | None = None) -> None:
@@ -89,12 +98,12 @@ def join_from_link(page: str) -> None:
     linked, token = st.query_params.get(ROOM), st.query_params.get(TEACHER)
     if TEACHER in st.query_params:
         del st.query_params[TEACHER]
-    if linked is not None and (typed_code(linked) != code() or token is not None):
-        try:
+    try:
+        if linked is not None and (typed_code(linked) != code() or token is not None):
             _join(linked, token)
-        except RoomError as error:
-            del st.query_params[ROOM]
-            st.session_state["url_notes"] = [f"The link's class: {error}."]
+    except RoomError as error:
+        del st.query_params[ROOM]
+        st.session_state["url_notes"] = [f"The link's class: {error}."]
     if st.session_state.pop("room arrive", False) and following():
         _arrive(page)
 
@@ -229,7 +238,7 @@ def _second_teacher_panel(room: str) -> None:
 
 def _student_panel(room: str) -> None:
     st.markdown(f"**In class {room}**")
-    st.text_input("your name in the class", st.session_state.get("room name") or random_name(_student()),
+    st.text_input("your name in the class", st.session_state.get("room name") or random_name(_voter()),
                   key="room name", max_chars=40)
     st.toggle("Follow the teacher", True, key="room follow",
               help="While on, your screen shows the teacher's page, settings and slide within a couple of seconds. "
@@ -241,6 +250,16 @@ def _student_panel(room: str) -> None:
 
 @st.fragment(run_every=POLL_S)
 def _watch() -> None:
+    """The room's look (``_look``), every ``POLL_S``: while the class's Redis cannot be reached, a sentence that
+    names its setting (never its value) instead of an error box, and the screen keeps the class's last view."""
+    try:
+        _look()
+    except redis.RedisError as error:
+        st.warning(f"{shared.unreachable(error)}. This screen keeps the class's last view until it is back.",
+                   icon=":material/cloud_off:")
+
+
+def _look() -> None:
     """Every ``POLL_S``: for the teacher, how many students are connected and follow; for a student, report this
     session's presence (every ``REPORT_S``), and when the room moved, rerun the app (a reveal is drawn), on the
     teacher's view for a follower: in place, or by a link to another page or address (``_by_link``), drawn here
@@ -263,7 +282,7 @@ def _watch() -> None:
     now = time.monotonic()
     if now - st.session_state.get("room reported", 0.0) > REPORT_S:
         st.session_state["room reported"] = now
-        rooms().here(room, _student(), st.session_state.get("room name") or random_name(_student()), following())
+        rooms().here(room, _voter(), st.session_state.get("room name") or random_name(_voter()), following())
     version = rooms().version(room)
     if version != st.session_state.get("room version"):
         st.session_state["room version"] = version
@@ -451,7 +470,7 @@ def answer(qid: str, option: str | None) -> None:
     """This student's answer to the room's question (None: none given yet)."""
     if option is not None:
         try:
-            rooms().answer(code(), qid, _student(), option)
+            rooms().answer(code(), qid, _voter(), option)
         except RoomError as error:
             _say_error(error)
 
@@ -461,7 +480,7 @@ def tally(qid: str) -> dict[str, int]:
 
 
 def my_answer(qid: str) -> str | None:
-    return rooms().answer_of(code(), qid, _student())
+    return rooms().answer_of(code(), qid, _voter())
 
 
 def presence() -> tuple[int, int]:

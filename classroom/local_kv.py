@@ -72,6 +72,11 @@ class LocalKV:
         with self._lock:
             return dict(self._live(key) or {})
 
+    def hdel(self, key: str, *fields: str | bytes) -> int:
+        with self._lock:
+            table = self._live(key) or {}
+            return sum(table.pop(_bytes(field), None) is not None for field in fields)
+
     def delete(self, *keys: str) -> int:
         with self._lock:
             gone = [key for key in keys if self._live(key) is not None]

@@ -19,13 +19,16 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
+from classroom.text import quoted
+
 __all__ = ["CODE_ALPHABET", "CODE_LENGTH", "TTL_S", "RoomError", "View", "Question", "question_id", "typed_code",
            "random_name", "Rooms"]
 
 CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"  # no 0/O or 1/I/L: read off a projector and typed on a laptop
 CODE_LENGTH = 8     # 31⁸ ≈ 8.5·10¹¹ codes: a thousand guesses a second for a 4-hour class finds one in 60,000
 TTL_S = 4 * 3600    # a room ends this long after its last use
-PRESENT_S = 10.0    # a student whose session reported within this is connected
+PRESENT_S = 10.0    # a student whose browser reported within this is connected
+GONE_S = 60.0       # one silent this long has left: its row is dropped, so presence costs what the class is now
 ADJECTIVES = ("amber", "brisk", "calm", "clever", "daring", "eager", "gentle", "golden", "happy", "jolly", "keen",
               "lively", "lucky", "mellow", "nimble", "quiet", "rapid", "silver", "steady", "sunny", "swift", "witty")
 ANIMALS = ("badger", "beaver", "crane", "dolphin", "falcon", "ferret", "gecko", "heron", "ibis", "koala", "lemur",
@@ -66,8 +69,13 @@ def question_id(key: str, text: str, options: tuple[str, ...]) -> str:
 
 
 def typed_code(typed: str) -> str:
-    """A code as a student types it: any case, spaces and dashes ignored."""
-    return "".join(ch for ch in typed.upper() if ch not in " -")
+    """A code as a student types it (any case, spaces and dashes ignored), or a ``RoomError`` quoting what was typed
+    (a link's ``?room=`` is anyone's text: cut, and drawn as text, never as Markdown)."""
+    code = "".join(ch for ch in typed.upper() if ch not in " -")
+    if len(code) != CODE_LENGTH or not set(code) <= set(CODE_ALPHABET):
+        raise RoomError(f"“{quoted(typed)}” is not a class's code: a code is {CODE_LENGTH} letters and digits, as "
+                        "the teacher's screen shows it")
+    return code
 
 
 def random_name(student: str) -> str:
@@ -223,14 +231,17 @@ class Rooms:
         return counts
 
     def here(self, code: str, student: str, name: str, following: bool) -> None:
-        """The student's session reports itself, under their name, following the teacher or not."""
+        """The student (a browser) reports itself, under their name, following the teacher or not."""
         self.kv.hset(self._key(code, "students"), student, json.dumps([name, self.clock(), following]))
 
     def presence(self, code: str) -> tuple[int, int]:
-        """(students connected, of whom following): sessions that reported within ``PRESENT_S``."""
-        now = self.clock()
-        rows = [json.loads(raw) for raw in self.kv.hgetall(self._key(code, "students")).values()]
-        live = [following for _, seen, following in rows if now - seen <= PRESENT_S]
+        """(students connected, of whom following): browsers that reported within ``PRESENT_S``. Those silent for
+        ``GONE_S`` are dropped from the room (300 joins in a class kept 300 rows read at every teacher's look)."""
+        now, key = self.clock(), self._key(code, "students")
+        rows = {student: json.loads(raw) for student, raw in self.kv.hgetall(key).items()}
+        if gone := [student for student, (_, seen, _) in rows.items() if now - seen > GONE_S]:
+            self.kv.hdel(key, *gone)
+        live = [following for _, seen, following in rows.values() if now - seen <= PRESENT_S]
         return len(live), sum(live)
 
     def counts_csv(self, code: str) -> str:
@@ -243,6 +254,12 @@ class Rooms:
         asked = [self.question(code, json.loads(raw)["qid"]) for raw in self.kv.hgetall(self._key(code, "questions")).values()]
         for question in sorted(asked, key=lambda question: question.asked):
             for option, count in self.tally(code, question.qid).items():
-                writer.writerow([question.where, question.text, option, option in question.accepted, count,
-                                 question.revealed])
+                writer.writerow([_cell(question.where), _cell(question.text), _cell(option), option in question.accepted,
+                                 count, question.revealed])
         return out.getvalue()
+
+
+def _cell(text: str) -> str:
+    """A text cell of the export, never a formula: a spreadsheet runs a cell that starts with = + - @ (or a tab or a
+    return), so such a cell gets a leading apostrophe, which spreadsheets show as text."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

@@ -11,7 +11,7 @@ import redis
 
 from classroom.local_kv import LocalKV
 
-__all__ = ["SETTING", "SharedStateError", "redis_url", "client", "kv", "require"]
+__all__ = ["SETTING", "SharedStateError", "redis_url", "client", "kv", "require", "unreachable"]
 
 SETTING = "CLASSROOM_REDIS_URL"
 CONNECT_TIMEOUT_S = 2.0  # a replica that cannot reach Redis says so within this, rather than hanging a page
@@ -51,13 +51,18 @@ def kv() -> redis.Redis | LocalKV:
 
 
 def require() -> None:
-    """Raise ``SharedStateError`` naming the setting when it names a Redis this process cannot reach."""
+    """Raise ``SharedStateError`` naming the setting, never its value (a Redis URL across machines holds its
+    password, and every student reads the page), when it names a Redis this process cannot reach."""
     if (shared := client()) is None:
         return
     try:
         shared.ping()
     except redis.RedisError as error:
-        raise SharedStateError(
-            f"the shared state is set to Redis at {redis_url()} (by {SETTING} or the secret redis_url), and this "
-            f"server cannot reach it: {error}. Start Redis there, or unset the setting to keep everything in this "
-            "process") from None
+        raise SharedStateError(unreachable(error)) from None
+
+
+def unreachable(error: redis.RedisError) -> str:
+    """Why the class's Redis cannot be used, in a sentence that names the setting and the kind of error only."""
+    return (f"the shared state is set to a Redis (by {SETTING} or the secret redis_url), and this server cannot reach "
+            f"it ({type(error).__name__}). Start Redis where the setting says, or unset the setting to keep "
+            "everything in this process")

@@ -77,6 +77,18 @@ def clean_url_ints(bounds: dict[str, tuple[int, int]]) -> None:
         st.rerun()
 
 
+def clean_url_text(key: str, most: int) -> None:
+    """A link's text parameter ``key`` cut to ``most`` characters before its widget reads it (a text input's own
+    limit holds for typing, not for a link: a link's 1 MB prompt was sent back to the browser on every run), with a
+    note, and the script reruns on the corrected link."""
+    raw = st.query_params.get(key)
+    if raw is None or len(raw) <= most or key in st.session_state:
+        return
+    st.query_params[key] = raw[:most]
+    st.session_state["url_notes"] = [f"The link's {key} is {len(raw):,} characters; its first {most:,} are used."]
+    st.rerun()
+
+
 def url_notes() -> None:
     """What the link asked for and did not get (a value out of range, a model that is gone, refused sizes), on
     the page above its content, where a student who opened the link reads it; once."""

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from classroom.local_kv import LocalKV
-from classroom.rooms import (CODE_ALPHABET, CODE_LENGTH, TTL_S, Question, RoomError, Rooms, View, question_id,
+from classroom.rooms import (CODE_ALPHABET, CODE_LENGTH, GONE_S, TTL_S, Question, RoomError, Rooms, View, question_id,
                              random_name, typed_code)
 
 
@@ -122,6 +122,18 @@ def test_presence_counts_the_students_seen_lately_and_those_following():
     assert rooms.presence(code) == (1, 1)
 
 
+def test_a_student_silent_for_a_minute_leaves_the_rooms_presence(rooms):
+    clock = Clock()
+    rooms.clock = clock
+    code, _ = rooms.start(TEACHER)
+    for k in range(300):  # a class's worth of joins over a lesson
+        rooms.here(code, f"browser {k}", "calm otter", True)
+    clock.now += GONE_S + 1
+    rooms.here(code, "browser 300", "swift heron", True)
+    assert rooms.presence(code) == (1, 1)
+    assert len(rooms.kv.hgetall(f"classroom:room:{code}:students")) == 1  # the others' rows are gone
+
+
 def test_a_room_ends_hours_after_its_last_use():
     clock = Clock()
     rooms = Rooms(LocalKV(clock), clock)
@@ -169,3 +181,15 @@ def test_the_export_lists_the_questions_in_the_order_the_class_was_asked_them():
     rooms.ask(code, token, later)  # asked again: it keeps its first place
     rows = list(csv.DictReader(io.StringIO(rooms.counts_csv(code))))
     assert [row["where"] for row in rows] == ["The residual stream · Logit lens"] * 2 + ["Circuits: two layers · ablation"] * 2
+
+
+def test_the_export_holds_no_formula():
+    """Issue 38 (low): an option or question starting with = + - @ was a formula cell in the teacher's spreadsheet."""
+    rooms = Rooms(LocalKV())
+    code, token = rooms.start(TEACHER)
+    question = Question(question_id("bin", "=HYPERLINK(\"x\")", ("-0.5 to 0", "@SUM(A1)")), "=HYPERLINK(\"x\")",
+                        ("-0.5 to 0", "@SUM(A1)"), ("-0.5 to 0",), "+page")
+    rooms.ask(code, token, question)
+    rows = list(csv.DictReader(io.StringIO(rooms.counts_csv(code))))
+    assert {row["option"] for row in rows} == {"'-0.5 to 0", "'@SUM(A1)"}
+    assert rows[0]["question"] == "'=HYPERLINK(\"x\")" and rows[0]["where"] == "'+page"

@@ -148,6 +148,13 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         radios[0].nth(4).check(force=True)  # a new answer replaces the old
         radios[1].nth(4).check(force=True)
         asked.get_by_text(re.compile(r"^2 of 3 students connected have answered")).wait_for(timeout=15_000)
+        following[1].reload()  # the same browser, a new session: still one student, one answer (a new one replaces it)
+        again = step_six(following[1]).get_by_role("radiogroup", name="your answer")
+        again.wait_for(timeout=30_000)
+        again.get_by_role("radio").nth(4).check(force=True)
+        idle(following[1])
+        time.sleep(2.5)  # the teacher's count looks every 2 s
+        assert asked.get_by_text(re.compile(r"^2 of 3 students connected have answered")).count() == 1
         asked.get_by_role("button", name="Reveal to the class").click()
         step_six(teacher).get_by_text(re.compile(r"1 × 8 × 20 × 20: 2 \(100 %\) ✓")).wait_for(timeout=15_000)
         for student in following:

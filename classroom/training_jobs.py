@@ -10,29 +10,41 @@ Progress, cancellation and liveness travel through Redis keys beside the job (``
 progress report (and every 10th step) to a list the page pops; the page sets a key to stop the training at its next
 step (a closed tab, a rerun); the worker renews a short-lived key every second, so a worker killed mid-training
 (``kill -9``, out of memory) is noticed within ``ALIVE_TTL_S`` and its student told so. Between taking a job and
-its first renewal a worker unpickles the job's data; one killed then is noticed after ``STARTING_S``. Redis holds only what the
-class's own server and workers wrote there; the progress reports are pickled as RQ pickles its jobs."""
+its first renewal a worker reads the job's data; one killed then is noticed after ``STARTING_S``.
 
+Whoever reaches the class's Redis could put a job there, and a pickle runs code as it is read: so RQ's own record
+of a job is JSON (``JSONSerializer``: a function's name and a string), a worker runs no function but ``work``
+(``training_worker``), and everything pickled that crosses Redis (the training's arguments, its reports, its
+result) is sealed with an HMAC under the class's job key (``KEY_SETTING``, which the replicas and the workers share
+and Redis never holds) and opened only once its seal checks."""
+
+import base64
+import hashlib
+import hmac
 import json
+import os
 import pickle
 import threading
 import time
 from collections.abc import Callable
 
 import redis
-from rq import Queue, Worker, get_current_job
+from rq import Queue, get_current_job
 from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
 
 from classroom.training_queue import SessionBusy, estimate_wait
 from classroom.workers import Cancelled
 from mechlib import io
 from mechlib.train import Progress, TrainResult
 
-__all__ = ["QUEUE_NAME", "ALIVE_TTL_S", "Keys", "RedisTrainings", "work"]
+__all__ = ["QUEUE_NAME", "ALIVE_TTL_S", "KEY_SETTING", "JOB_FUNCTION", "SealError", "seal", "unseal", "Keys",
+           "RedisTrainings", "work"]
 
 QUEUE_NAME = "classroom-trainings"
 PREFIX = "classroom:training:"
 RUNNING = PREFIX + "running"      # hash: job id -> [step, steps, started (unix s)], the running trainings' progress
+WORKERS = PREFIX + "worker:"      # one key per live worker, renewed every BEAT_S, expiring after ALIVE_TTL_S
 DURATIONS = PREFIX + "durations"  # list: the wall times of the last RECENT finished trainings, newest first
 RECENT = 8
 ALIVE_TTL_S = 3.0   # a running training's worker renews its key every BEAT_S; gone this long, the worker is dead
@@ -41,21 +53,51 @@ STARTING_S = 60.0   # a started job's worker has this long to renew its key the 
 POLL_S = 0.5        # the page waits this long for a message before it looks at the job's status
 JOB_TIMEOUT_S = 3600
 KEEP_S = 600        # a job's messages and result outlive it this long
+KEY_SETTING = "CLASSROOM_JOB_KEY"  # the secret the replicas and the workers seal with (deploy/class.sh makes one)
+JOB_FUNCTION = "classroom.training_jobs.work"  # the one function a worker runs
+
+
+class SealError(RuntimeError):
+    """Data in Redis that the class's own replicas and workers did not seal: never unpickled."""
+
+
+def _key() -> bytes:
+    if not (key := os.environ.get(KEY_SETTING, "")):
+        raise SealError(f"trainings through Redis need {KEY_SETTING}, the class's secret shared by its replicas and "
+                        "workers (deploy/class.sh makes one); it is not set here")
+    return key.encode()
+
+
+def seal(value) -> str:
+    """``value`` pickled and sealed (HMAC-SHA256 under the job key), as text RQ's JSON can carry."""
+    data = pickle.dumps(value)
+    return base64.b64encode(hmac.new(_key(), data, hashlib.sha256).digest() + data).decode()
+
+
+def unseal(text: str | bytes):
+    """The value ``seal`` sealed; ``SealError`` for anything whose seal does not check (never unpickled)."""
+    raw = base64.b64decode(text)
+    mac, data = raw[:32], raw[32:]
+    if not hmac.compare_digest(mac, hmac.new(_key(), data, hashlib.sha256).digest()):
+        raise SealError("a training's data in Redis was not sealed by this class's replicas or workers; it was not "
+                        "opened")
+    return pickle.loads(data)
 
 
 class Keys:
     """The Redis keys beside one job."""
 
     def __init__(self, job_id: str):
-        self.messages = f"{PREFIX}{job_id}:messages"  # list of pickled ("step", int) and ("progress", Progress)
+        self.messages = f"{PREFIX}{job_id}:messages"  # list of sealed ("step", int) and ("progress", Progress)
         self.cancel = f"{PREFIX}{job_id}:cancel"      # set by the page: stop at the next step
         self.alive = f"{PREFIX}{job_id}:alive"        # renewed by the worker every BEAT_S, expires after ALIVE_TTL_S
 
 
-def work(fn: Callable[..., TrainResult], kwargs: dict, steps: int) -> dict:
-    """In the worker: ``fn(**kwargs, on_progress=…, on_step=…)``, reporting through ``Keys`` and ``RUNNING``.
-    Returns {"model": safetensors bytes, "history": …}, or {"refused": message} for settings the training refuses
-    (a ``ValueError``), which the page shows as the in-process pool's would be."""
+def work(sealed: str, steps: int) -> dict:
+    """In the worker: ``fn(**kwargs, on_progress=…, on_step=…)`` of the sealed (fn, kwargs), reporting through
+    ``Keys`` and ``RUNNING``. Returns {"result": sealed (safetensors bytes, history)}, or {"refused": message} for
+    settings the training refuses (a ``ValueError``), which the page shows as the in-process pool's would be."""
+    fn, kwargs = unseal(sealed)
     job = get_current_job()
     shared, keys, started = job.connection, Keys(job.id), time.time()
     done = threading.Event()
@@ -67,7 +109,7 @@ def work(fn: Callable[..., TrainResult], kwargs: dict, steps: int) -> dict:
 
     def report(kind: str, value, step: int) -> None:
         with shared.pipeline() as pipe:
-            pipe.rpush(keys.messages, pickle.dumps((kind, value))).expire(keys.messages, KEEP_S)
+            pipe.rpush(keys.messages, seal((kind, value))).expire(keys.messages, KEEP_S)
             pipe.hset(RUNNING, job.id, json.dumps([step, steps, started])).exists(keys.cancel)
             if pipe.execute()[-1]:
                 raise Cancelled(f"stopped at step {step}")
@@ -90,10 +132,17 @@ def work(fn: Callable[..., TrainResult], kwargs: dict, steps: int) -> dict:
         except ValueError as error:
             return {"refused": str(error)}
         shared.pipeline().lpush(DURATIONS, time.time() - started).ltrim(DURATIONS, 0, RECENT - 1).execute()
-        return {"model": io.to_bytes(result.model), "history": result.history}
+        return {"result": seal((io.to_bytes(result.model), result.history))}
     finally:
         done.set()
         shared.pipeline().hdel(RUNNING, job.id).delete(keys.alive).execute()
+
+
+def worker_alive(shared: redis.Redis, name: str, stop: threading.Event) -> None:
+    """In a worker, until ``stop``: renew this worker's key every ``BEAT_S`` (``RedisTrainings.limit`` counts them)."""
+    while not stop.is_set():
+        shared.set(WORKERS + name, b"1", px=int(ALIVE_TTL_S * 1000))
+        stop.wait(BEAT_S)
 
 
 class RedisTrainings:
@@ -101,10 +150,12 @@ class RedisTrainings:
 
     def __init__(self, shared: redis.Redis):
         self.shared = shared
-        self.queue = Queue(QUEUE_NAME, connection=shared)
+        self.queue = Queue(QUEUE_NAME, connection=shared, serializer=JSONSerializer)
 
     def limit(self) -> int:
-        return Worker.count(connection=self.shared, queue=self.queue)
+        """The workers alive now: each renews a key of its own every ``BEAT_S`` (``worker_alive``). RQ's own count
+        kept a killed worker for minutes, and its students read "position 1 in the queue, about 0 s"."""
+        return sum(1 for _ in self.shared.scan_iter(match=WORKERS + "*", count=1000))
 
     def running(self) -> int:
         return len(self._running())
@@ -136,8 +187,8 @@ class RedisTrainings:
             raise SessionBusy("this session already has a training running or waiting for a slot; one training "
                               "per session at a time")
         try:
-            job = self.queue.enqueue(work, fn, kwargs, steps, job_timeout=JOB_TIMEOUT_S, result_ttl=KEEP_S,
-                                     failure_ttl=KEEP_S)
+            job = self.queue.enqueue(JOB_FUNCTION, seal((fn, kwargs)), steps, job_timeout=JOB_TIMEOUT_S,
+                                     result_ttl=KEEP_S, failure_ttl=KEEP_S)
             try:
                 return self._follow(job, Keys(job.id), on_wait, on_start, on_progress, on_step)
             finally:
@@ -157,7 +208,7 @@ class RedisTrainings:
 
         def relay(message: bytes) -> None:
             begin()
-            kind, value = pickle.loads(message)
+            kind, value = unseal(message)
             (on_progress if kind == "progress" else on_step)(value)
 
         missing_since = None
@@ -176,7 +227,7 @@ class RedisTrainings:
                 result = job.return_value()
                 if "refused" in result:
                     raise ValueError(result["refused"])
-                return result["model"], result["history"]
+                return unseal(result["result"])
             elif status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
                 raise RuntimeError(f"the training's worker reported it {status.value}; press the button again")
             elif self.shared.exists(keys.alive):

@@ -2,7 +2,9 @@
 in this process, progress relayed, one training per session, a place in the queue while the workers are busy, a
 stop honoured, a refused setting raised as in-process, and a worker killed mid-training reported within seconds."""
 
+import base64
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -14,7 +16,7 @@ import pytest
 import redis
 import torch
 
-from classroom.training_jobs import ALIVE_TTL_S, RedisTrainings
+from classroom.training_jobs import ALIVE_TTL_S, KEY_SETTING, QUEUE_NAME, RedisTrainings, SealError, seal, unseal
 from classroom.training_queue import SessionBusy
 from mechlib import io, train
 from mechlib.config import ModelConfig
@@ -41,8 +43,10 @@ class Worker:
 
 
 @pytest.fixture
-def jobs(redis_server):
-    """A RedisTrainings on a database of its own, emptied, with one worker connected; every worker stopped after."""
+def jobs(redis_server, monkeypatch):
+    """A RedisTrainings on a database of its own, emptied, with the class's job key shared with its workers; every
+    worker stopped after."""
+    monkeypatch.setenv(KEY_SETTING, "a class's secret, for this test")
     url = redis_server.url.rsplit("/", 1)[0] + "/5"
     shared = redis.Redis.from_url(url)
     shared.flushdb()
@@ -134,3 +138,42 @@ def test_a_worker_killed_mid_training_is_reported_within_seconds(jobs):
     jobs.start_worker()  # the student presses again: a live worker takes it
     (model, _), _ = calls(jobs, "a", KWARGS)
     assert io.load(model) is not None
+
+
+def test_a_worker_runs_no_job_but_the_classs_and_opens_nothing_it_did_not_seal(jobs, tmp_path):
+    """Issue 38, H4: whoever reached the class's Redis could queue a job, and a worker unpickled and ran it. A job of
+    another function, a pickled job, and a training sealed under another key each run nothing (a file that each
+    would create stays absent), and the worker goes on to train the class's next one."""
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    jobs.start_worker()
+    marker = tmp_path / "pwned"
+    as_json = Queue(QUEUE_NAME, connection=jobs.shared, serializer=JSONSerializer)
+    foreign = as_json.enqueue("os.system", f"touch {marker}")
+    pickled = Queue(QUEUE_NAME, connection=jobs.shared).enqueue(os.system, f"touch {marker}")
+    with pytest.MonkeyPatch.context() as other:
+        other.setenv(KEY_SETTING, "another key")
+        forged = as_json.enqueue("classroom.training_jobs.work", seal((os.system, f"touch {marker}")), 1)
+    deadline = time.monotonic() + 60
+    while any(job.get_status(refresh=True) in ("queued", "started") for job in (foreign, pickled, forged)):
+        assert time.monotonic() < deadline, [job.get_status() for job in (foreign, pickled, forged)]
+        time.sleep(0.1)
+    assert not marker.exists()
+    assert {job.get_status() for job in (foreign, pickled, forged)} == {"failed"}
+    (model, history), _ = calls(jobs, "a session", KWARGS)  # and the class's own training still runs
+    assert history[-1]["step"] == 40
+
+
+def test_what_the_class_did_not_seal_is_refused_unopened(monkeypatch):
+    """A training's report or result in Redis is opened only under the class's key: a pickle put there by someone
+    else (or sealed under another key) is refused before it is read."""
+    marker = []
+    monkeypatch.setattr("pickle.loads", lambda data: marker.append(data))  # any unpickling would be recorded here
+    monkeypatch.setenv(KEY_SETTING, "another class's key")
+    forged = seal(("step", 10))
+    monkeypatch.setenv(KEY_SETTING, "this class's key")
+    for text in (forged, base64.b64encode(b"x" * 32 + pickle.dumps(("step", 10))).decode()):
+        with pytest.raises(SealError, match="was not sealed by this class's replicas or workers"):
+            unseal(text)
+    assert marker == [] and unseal(seal(("step", 10))) is None  # the class's own: opened (here, by the stand-in)

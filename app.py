@@ -8,14 +8,30 @@ from pathlib import Path
 import streamlit as st
 
 import mechlib
-from classroom import activity, live, models_folder, pages, shared, slides
+from classroom import activity, models_folder, pages
 from classroom.admission import BudgetError, budget_mb, require_budget
+from classroom.live import live
+from classroom.page import slides
+from classroom.page.text import literal, quoted
+from classroom.page.widgets import (
+    clean_url_ints,
+    clean_url_text,
+    copy_link,
+    select_slider,
+    slider,
+    url_notes,
+)
 from classroom.server import collect_garbage, freeze_libraries, warm_up
-from classroom.session import (PROMPT_CHARS, add_session_model, current_model, list_session_model, session_id,
-                               teacher)
-from classroom.store import ID_CHARS, STORE, TEACHER, StoreError, admit, short_id
-from classroom.text import literal, quoted
-from classroom.widgets import clean_url_ints, clean_url_text, copy_link, select_slider, slider, url_notes
+from classroom.session import (
+    PROMPT_CHARS,
+    add_session_model,
+    current_model,
+    list_session_model,
+    session_id,
+    teacher,
+)
+from classroom.state import backend
+from classroom.state.store import ID_CHARS, STORE, TEACHER, StoreError, admit, short_id
 from mechlib import zoo
 from mechlib.config import ModelConfig, divisors
 from mechlib.device import device_label
@@ -236,8 +252,8 @@ def sidebar() -> None:
 
 
 try:
-    shared.require()
-except shared.SharedStateError as error:
+    backend.require()
+except backend.SharedStateError as error:
     st.error(f"{error}.", icon=":material/cloud_off:")
     st.stop()
 freeze_libraries()

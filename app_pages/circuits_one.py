@@ -4,13 +4,13 @@ import pandas as pd
 import streamlit as st
 
 from classroom.experiments import compute
-from classroom.layout import beside, figure, prose, show, table
-from classroom.part import record
-from classroom.questions import predict
+from classroom.page.layout import beside, figure, prose, show, table
+from classroom.page.part import record
+from classroom.page.questions import predict
+from classroom.page.slides import controls
+from classroom.page.text import check_line
+from classroom.page.widgets import slider
 from classroom.session import part_model
-from classroom.slides import controls
-from classroom.text import check_line
-from classroom.widgets import slider
 from mechlib import circuits, data, figures
 
 PATH_TOKENS = 8  # random ids the path expansion reads when a model has no tokenizer

@@ -4,11 +4,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from classroom.attention_text import attention_text
 from classroom.experiments import compute
-from classroom.layout import figure, prose, show, table
-from classroom.questions import predict
-from classroom.widgets import select_slider
+from classroom.page.attention_text import attention_text
+from classroom.page.layout import figure, prose, show, table
+from classroom.page.questions import predict
+from classroom.page.widgets import select_slider
 from mechlib import checks, data, figures, induction, zoo
 
 PHASE_MODEL = "attn-only-2l"  # the zoo model whose training snapshots ship

@@ -6,13 +6,13 @@ import pandas as pd
 import streamlit as st
 
 from classroom.admission import budget_mb
-from classroom.attention_text import attention_text
 from classroom.experiments import compute
-from classroom.layout import beside, figure, prose, show, source, table
-from classroom.part import record
-from classroom.questions import exercise, predict
+from classroom.page.attention_text import attention_text
+from classroom.page.layout import beside, figure, prose, show, source, table
+from classroom.page.part import record
+from classroom.page.questions import exercise, predict
+from classroom.page.text import verdict
 from classroom.session import part_model
-from classroom.text import verdict
 from mechlib import checks, circuits, data, figures, induction, patching
 
 NONE = "none of them"

@@ -5,12 +5,12 @@ import streamlit as st
 
 from classroom.admission import budget_mb
 from classroom.experiments import compute
-from classroom.layout import beside, figure, metric, prose, show, table
-from classroom.questions import predict
+from classroom.page.layout import beside, figure, metric, prose, show, table
+from classroom.page.questions import predict
+from classroom.page.slides import controls
+from classroom.page.text import literal, verdict
+from classroom.page.widgets import selectbox
 from classroom.session import part_model
-from classroom.slides import controls
-from classroom.text import literal, verdict
-from classroom.widgets import selectbox
 from mechlib import bigrams, checks, circuits, figures
 
 st.title("Circuits: zero layers")

@@ -6,12 +6,12 @@ import streamlit as st
 
 from classroom.admission import budget_mb
 from classroom.experiments import compute
-from classroom.layout import beside, figure, metric, prose, show, source, table
-from classroom.part import record
-from classroom.questions import exercise, predict
-from classroom.slides import controls
-from classroom.text import check_line
-from classroom.widgets import select_slider, slider
+from classroom.page.layout import beside, figure, metric, prose, show, source, table
+from classroom.page.part import record
+from classroom.page.questions import exercise, predict
+from classroom.page.slides import controls
+from classroom.page.text import check_line
+from classroom.page.widgets import select_slider, slider
 from mechlib import attention, equivalence, figures
 from mechlib.config import divisors
 

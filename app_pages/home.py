@@ -3,9 +3,10 @@ minutes for a 50-minute class and a two-hour lab, one link per page, and what mo
 
 import streamlit as st
 
-from classroom import lessons, live, pages
-from classroom.layout import prose
-from classroom.slides import presenting
+from classroom import lessons, pages
+from classroom.live import live
+from classroom.page.layout import prose
+from classroom.page.slides import presenting
 
 
 def lesson_path(minutes: bool = True) -> None:

@@ -6,14 +6,14 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from classroom.attention_text import attention_text
 from classroom.experiments import compute
-from classroom.layout import beside, figure, prose, show, table
-from classroom.part import record
-from classroom.questions import predict
-from classroom.slides import controls
-from classroom.text import check_line, literal
-from classroom.widgets import slider
+from classroom.page.attention_text import attention_text
+from classroom.page.layout import beside, figure, prose, show, table
+from classroom.page.part import record
+from classroom.page.questions import predict
+from classroom.page.slides import controls
+from classroom.page.text import check_line, literal
+from classroom.page.widgets import slider
 from mechlib import analogy, checks, copying, figures
 from mechlib.checks import LOSS_TIE, UNK_SHARE_MAX
 

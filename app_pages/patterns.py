@@ -4,15 +4,15 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from classroom.attention_text import attention_text
 from classroom.experiments import compute
-from classroom.layout import beside, figure, metric, prose, show, source, table
-from classroom.part import record
-from classroom.questions import predict
+from classroom.page.attention_text import attention_text
+from classroom.page.layout import beside, figure, metric, prose, show, source, table
+from classroom.page.part import record
+from classroom.page.questions import predict
+from classroom.page.slides import controls
+from classroom.page.text import check_line, literal
+from classroom.page.widgets import slider
 from classroom.session import current_model, input_tokens
-from classroom.slides import controls
-from classroom.text import check_line, literal
-from classroom.widgets import slider
 from mechlib import circuits, data, figures, patterns
 from mechlib.checks import EFFECTIVE_SHARE, RANK_ZERO
 

@@ -5,13 +5,13 @@ import pandas as pd
 import streamlit as st
 
 from classroom.experiments import compute
-from classroom.layout import beside, figure, prose, show, source, table
-from classroom.part import record
-from classroom.questions import exercise, predict
+from classroom.page.layout import beside, figure, prose, show, source, table
+from classroom.page.part import record
+from classroom.page.questions import exercise, predict
+from classroom.page.slides import controls
+from classroom.page.text import check_line, literal
+from classroom.page.widgets import selectbox, slider
 from classroom.session import current_model, input_tokens
-from classroom.slides import controls
-from classroom.text import check_line, literal
-from classroom.widgets import selectbox, slider
 from mechlib import data, figures, residual
 from mechlib.checks import OVERLAP_SIGMAS, SEPARATE_MAX
 

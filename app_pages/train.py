@@ -6,18 +6,20 @@ import time
 
 import streamlit as st
 
-from classroom import activity, live, pages, training_queue, trainings
+from classroom import activity, pages
 from classroom.admission import BudgetError, require_budget
-from classroom.attention_text import attention_text
 from classroom.experiments import compute
-from classroom.layout import beside, figure, prose, show
-from classroom.part import record
-from classroom.questions import answer_line, ask
+from classroom.live import live
+from classroom.page.attention_text import attention_text
+from classroom.page.layout import beside, figure, prose, show
+from classroom.page.part import record
+from classroom.page.questions import answer_line, ask
+from classroom.page.text import literal
+from classroom.page.widgets import select_slider, slider
 from classroom.session import add_session_model, session_id
-from classroom.store import STORE, short_id
-from classroom.text import literal
-from classroom.widgets import select_slider, slider
-from mechlib import data, figures, induction, train, zoo
+from classroom.state.store import STORE, short_id
+from classroom.training import door, local_queue
+from mechlib import data, figures, induction, train
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
 from mechlib.io import CheckpointError
@@ -30,7 +32,7 @@ def bar_question(steps: int) -> str:
             f"{PREV_TOKEN_MIN} (the preset's bar) within the {steps:,} steps set?")
 
 
-TRAININGS = trainings.current()
+TRAININGS = door.current()
 TRAININGS.warm()  # start the training processes while the student reads the page
 
 SLOTS = f"at most {TRAININGS.limit()} trainings run at once on this server, {TRAININGS.running()} running now"
@@ -97,7 +99,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
 
     def timing(step: int) -> str:
         elapsed = time.monotonic() - clock["start"]
-        most, expected = training_queue.seconds_left(step, steps, elapsed), training_queue.expected_seconds_left(step, steps, elapsed, usual)
+        most, expected = local_queue.seconds_left(step, steps, elapsed), local_queue.expected_seconds_left(step, steps, elapsed, usual)
         left = (f"about {most:.0f} s left" if usual is None else
                 f"usually stops near step {usual:,}: about {expected:.0f} s left, at most {most:.0f} s"
                 if expected is not None else f"past step {usual:,}, where it usually stops: at most {most:.0f} s left")
@@ -135,7 +137,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
                                          on_progress=evaluated, on_step=step_done,
                                          threads=lambda: activity.training_threads(owner))
         seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
-    except training_queue.SessionBusy as error:
+    except local_queue.SessionBusy as error:
         progress.empty()
         st.warning(f"Not started: {error}. Any press or change on this page stops the earlier one at its next step; "
                    "press the button again then.")

@@ -1,4 +1,4 @@
-"""How long slide export takes: classroom.export's long-lived Chromium beside a fresh browser per call.
+"""How long slide export takes: classroom.page.export's long-lived Chromium beside a fresh browser per call.
 
 Run from the repository root: .venv/bin/python -m bench.export_speed
 Figures: a 30 × 30 heatmap (500 × 450) and a 3-bar chart (460 × 400). Prints
@@ -19,7 +19,7 @@ import kaleido
 import numpy as np
 import plotly.graph_objects as go
 
-from classroom import export
+from classroom.page import export
 
 
 def heatmap() -> go.Figure:

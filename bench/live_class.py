@@ -31,7 +31,7 @@ REVEAL_AFTER_S = (30.0, 40.0)
 START = "Start a class"
 REVEAL = "Reveal to the class"
 ANSWER_LABELS = ("your answer", "your prediction")  # the room's radios: an exercise's, a prediction's
-CLICKER = "follow_the_teacher"  # the component that clicks the page link before it (``classroom.live._follow_link``)
+CLICKER = "follow_the_teacher"  # the component that clicks the page link before it (``classroom.live.live._follow_link``)
 
 
 def settings(query: str) -> tuple:
@@ -251,7 +251,11 @@ async def open_page(student, page: str) -> float:
 
 async def measure_room(url: str, pids: list[int], args) -> None:
     """The live class: see the module's docstring."""
-    from bench.classroom_load import Stats, Student, quantiles  # the class's students: this mode shares their protocol
+    from bench.classroom_load import (  # the class's students: this mode shares their protocol
+        Stats,
+        Student,
+        quantiles,
+    )
 
     def counted(xs: list[float]) -> str:
         return f"{quantiles(xs)} ({len(xs)})"

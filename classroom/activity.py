@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from classroom.training_queue import QUEUE
+from classroom.training.local_queue import QUEUE
 
 QUIET_S = 2.0  # a session that ran a script this recently may run the next any moment
 

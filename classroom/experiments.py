@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from classroom import part, timings
+from classroom import timings
 from classroom.admission import MEMORY, BudgetError
+from classroom.page import part
 from mechlib.device import experiment_mb
 
 __all__ = ["compute"]

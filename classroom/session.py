@@ -11,9 +11,9 @@ import streamlit as st
 
 from classroom import models_folder, pages
 from classroom.admission import MEMORY, BudgetError
-from classroom.slides import controls
-from classroom.store import STORE, StoreError, short_id
-from classroom.text import literal
+from classroom.page.slides import controls
+from classroom.page.text import literal
+from classroom.state.store import STORE, StoreError, short_id
 from mechlib import data, zoo
 from mechlib.checks import UNK_SHARE_MAX
 from mechlib.config import ModelConfig

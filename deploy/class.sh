@@ -47,15 +47,15 @@ export CLASSROOM_PUBLIC_URL=${CLASSROOM_PUBLIC_URL:-http://$(hostname -I 2>/dev/
 export MECHLIB_THREADS=${MECHLIB_THREADS:-$(( $(nproc) / replicas > 0 ? $(nproc) / replicas : 1 ))}
 
 # The class's job key: the replicas and the workers seal what a training sends through Redis with it, and open nothing
-# else (classroom/training_jobs.py). Redis never holds it.
+# else (classroom/training/rq_jobs.py). Redis never holds it.
 [ -s "$state/job-key" ] || head -c 32 /dev/urandom | base64 >"$state/job-key"
 CLASSROOM_JOB_KEY=${CLASSROOM_JOB_KEY:-$(cat "$state/job-key")}
 export CLASSROOM_JOB_KEY
 
-# Training workers: each takes the class's next training from Redis (classroom/training_jobs.py). More machines add
+# Training workers: each takes the class's next training from Redis (classroom/training/rq_jobs.py). More machines add
 # theirs with the same command and the same CLASSROOM_REDIS_URL.
 for ((i = 0; i < ${CLASS_WORKERS:-2}; i++)); do
-    MECHLIB_THREADS=${CLASS_WORKER_THREADS:-1} "$python" -m classroom.training_worker "$CLASSROOM_REDIS_URL" \
+    MECHLIB_THREADS=${CLASS_WORKER_THREADS:-1} "$python" -m classroom.training.rq_worker "$CLASSROOM_REDIS_URL" \
         >"$state/logs/worker-$i.log" 2>&1 &
     pids+=($!)
     worker_pids+=($!)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from classroom import export
+from classroom.page import export
 
 
 def _needed(reason: str) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from classroom.exports import export_key
+from classroom.page.export_menu import export_key
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -34,7 +34,7 @@ def open_exports(at: AppTest) -> AppTest:
     return at
 
 
-# classroom.text.check_line, as every page writes it: (max |difference|, scaled, tolerance, colour, mark)
+# classroom.page.text.check_line, as every page writes it: (max |difference|, scaled, tolerance, colour, mark)
 CHECK_LINE = re.compile(r": max \|difference\| \*\*([-+.e\d]+)\*\*, scaled \*\*([-+.e\d]+)\*\* against a "
                         r"tolerance of \*\*([-+.e\d]+)\*\* · max\(1, \|reference\|\) — :(green|red)\[\*\*(✓ pass|✗ FAIL)\*\*\]")
 
@@ -48,7 +48,7 @@ def shown_checks(at: AppTest) -> list[tuple[float, float, float, bool]]:
 def open_page_with_model(path: str, model, **state) -> AppTest:
     """``open_page`` with ``model`` among this session's models and chosen in the sidebar, as after an upload: kept
     in the server's store, listed by its id."""
-    from classroom.store import STORE, short_id
+    from classroom.state.store import STORE, short_id
     from mechlib import io
 
     data = io.to_bytes(model)

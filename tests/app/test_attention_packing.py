@@ -1,11 +1,11 @@
-"""The hover view's packed patterns (classroom/attention_text.py): what the browser decodes is the pattern's causal
+"""The hover view's packed patterns (classroom/page/attention_text.py): what the browser decodes is the pattern's causal
 half, each weight within half a step of 1 / LEVELS, in the order its script reads."""
 
 import base64
 
 import numpy as np
 
-from classroom.attention_text import LEVELS, packed
+from classroom.page.attention_text import LEVELS, packed
 
 
 def unpacked(text: str, heads: int, positions: int) -> np.ndarray:

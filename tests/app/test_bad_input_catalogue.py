@@ -23,10 +23,10 @@ import torch
 from safetensors.torch import save as st_save
 from streamlit.testing.v1 import AppTest
 
+from classroom.state.store import STORE, short_id
 from mechlib import io, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
-from classroom.store import STORE, short_id
 from tests.app.helpers import APP
 
 CFG = ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=30, n_ctx=8, seed=4)
@@ -51,7 +51,7 @@ def assert_my_model_survived(at: AppTest) -> None:
 
 
 def plain(markdown: str) -> str:
-    """Text shown through ``classroom.text.literal``, its backslash escapes removed: what the student reads."""
+    """Text shown through ``classroom.page.text.literal``, its backslash escapes removed: what the student reads."""
     return re.sub(r"\\(.)", r"\1", markdown)
 
 

@@ -4,12 +4,12 @@ Each one gets a message naming what was wrong, and the session's models survive 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from classroom.page.text import literal
+from classroom.state.store import STORE, short_id
 from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
-from classroom.store import STORE, short_id
-from classroom.text import literal
 from tests.app.helpers import APP, shown_checks
 
 

@@ -9,14 +9,21 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from classroom import glossary
+from classroom.page import glossary
+from classroom.page.text import literal
 from mechlib import circuits, induction, patching, zoo
 from mechlib.checks import Check
 from mechlib.config import ModelConfig
 from mechlib.device import costs
 from mechlib.model import Transformer
-from classroom.text import literal
-from tests.app.helpers import APP, next_part, open_page, open_page_with_model, reveal, shown_checks
+from tests.app.helpers import (
+    APP,
+    next_part,
+    open_page,
+    open_page_with_model,
+    reveal,
+    shown_checks,
+)
 
 REAL_ONE_LAYER = circuits.one_layer
 

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from classroom import export
+from classroom.page import export
 from mechlib import figures
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

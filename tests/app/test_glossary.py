@@ -1,9 +1,9 @@
-"""Glossary tooltips (classroom.glossary's terms, drawn by classroom.layout.with_tooltips): the first occurrence of a term becomes an <abbr>, code and maths are left alone."""
+"""Glossary tooltips (classroom.page.glossary's terms, drawn by classroom.page.layout.with_tooltips): the first occurrence of a term becomes an <abbr>, code and maths are left alone."""
 
 import html
 
-from classroom.glossary import TERMS
-from classroom.layout import with_tooltips
+from classroom.page.glossary import TERMS
+from classroom.page.layout import with_tooltips
 
 
 def test_the_first_occurrence_gets_the_definition_and_later_ones_stay_plain():
@@ -27,7 +27,7 @@ def test_no_term_is_defined_twice():
     import ast
     import inspect
 
-    from classroom import glossary
+    from classroom.page import glossary
 
     literal = next(node for node in ast.walk(ast.parse(inspect.getsource(glossary))) if isinstance(node, ast.Dict))
     keys = [key.value for key in literal.keys]

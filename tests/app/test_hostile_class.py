@@ -15,7 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from classroom import models_folder
-from classroom.store import STORE, short_id
+from classroom.state.store import STORE, short_id
 from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer

@@ -133,7 +133,7 @@ def test_a_folder_model_over_the_budget_is_refused_with_a_note_and_the_default_s
 
 
 def test_the_reproduce_snippet_loads_the_folder_model_from_its_path(named):
-    from classroom.exports import model_line
+    from classroom.page.export_menu import model_line
     key = open_on("folder: tiny-gpt2", "app_pages/patterns.py").session_state["model_choice"]
     assert key == ("folder", "tiny-gpt2")
     assert model_line(("folder", str(named / "tiny-gpt2"), (1, 2))) == (

@@ -1,9 +1,9 @@
-"""The address a live class's join link and QR code give students (classroom/public_address.py): the server as a
+"""The address a live class's join link and QR code give students (classroom/live/public_address.py): the server as a
 student's laptop reaches it, never a loopback address that reaches only the server's own machine."""
 
 import ipaddress
 
-from classroom.public_address import SETTING, join_origin, network_address
+from classroom.live.public_address import SETTING, join_origin, network_address
 
 
 def test_a_teacher_on_the_servers_own_machine_gets_the_machines_network_address_and_port():

@@ -7,10 +7,10 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from classroom.session import DEFAULT_PROMPT
 from mechlib import data, residual, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
-from classroom.session import DEFAULT_PROMPT
 from tests.app.helpers import open_page, open_page_with_model, reveal, shown_checks
 
 
@@ -96,7 +96,7 @@ def test_zero_layer_model_is_checked_against_the_logits():
 def test_the_ledger_grid_is_as_tall_as_its_terms(monkeypatch):
     """attn-only-0l's ledger has one term: a grid of a fixed 420 px drew it above a column of empty rows. The grid
     takes the height of its rows, one term or many."""
-    from classroom import layout
+    from classroom.page import layout
 
     real, heights = layout.table, {}
 

@@ -6,9 +6,9 @@ import uuid
 import pytest
 import redis
 
-from classroom import shared
-from classroom.redis_store import RedisStore
-from classroom.store import TEACHER
+from classroom.state import backend
+from classroom.state.redis_store import RedisStore
+from classroom.state.store import TEACHER
 from tests.app.conftest import free_port
 from tests.app.test_store import checkpoint
 
@@ -42,27 +42,27 @@ def test_an_unreachable_redis_is_an_error_naming_the_setting_never_its_value(mon
     """Issue 38, H4: the URL, password included (the README's form across machines), was on every student's page
     while Redis was unreachable."""
     url = f"redis://:class-secret-42@127.0.0.1:{free_port()}/0"  # nobody listens there
-    monkeypatch.setenv(shared.SETTING, url)
-    shared.client.cache_clear()
+    monkeypatch.setenv(backend.SETTING, url)
+    backend.client.cache_clear()
     try:
-        with pytest.raises(shared.SharedStateError, match=r"^the shared state is set to a Redis \(by "
+        with pytest.raises(backend.SharedStateError, match=r"^the shared state is set to a Redis \(by "
                                                           r"CLASSROOM_REDIS_URL or the secret redis_url\), and this "
                                                           r"server cannot reach it \(ConnectionError\).*unset the "
                                                           r"setting") as refused:
-            shared.require()
+            backend.require()
         assert "class-secret-42" not in str(refused.value) and "127.0.0.1" not in str(refused.value)
     finally:
-        shared.client.cache_clear()
+        backend.client.cache_clear()
 
 
 def test_without_the_setting_the_state_stays_in_this_process(monkeypatch):
-    monkeypatch.delenv(shared.SETTING, raising=False)
-    shared.client.cache_clear()
+    monkeypatch.delenv(backend.SETTING, raising=False)
+    backend.client.cache_clear()
     try:
-        assert shared.client() is None
-        shared.require()  # nothing to reach
+        assert backend.client() is None
+        backend.require()  # nothing to reach
     finally:
-        shared.client.cache_clear()
+        backend.client.cache_clear()
 
 
 def test_the_app_started_against_an_unreachable_redis_says_which_setting_and_draws_nothing_else(monkeypatch):
@@ -71,12 +71,12 @@ def test_the_app_started_against_an_unreachable_redis_says_which_setting_and_dra
     from tests.app.helpers import APP
 
     url = f"redis://127.0.0.1:{free_port()}/0"
-    monkeypatch.setenv(shared.SETTING, url)
-    shared.client.cache_clear()
+    monkeypatch.setenv(backend.SETTING, url)
+    backend.client.cache_clear()
     try:
         at = AppTest.from_file(APP, default_timeout=60).run()
         assert not at.exception and [e.value.split(" (")[0] for e in at.error] == [
             "the shared state is set to a Redis"]
         assert "CLASSROOM_REDIS_URL" in at.error[0].value and not at.main.title
     finally:
-        shared.client.cache_clear()
+        backend.client.cache_clear()

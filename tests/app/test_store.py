@@ -6,9 +6,17 @@ import uuid
 import pytest
 import redis
 
-from classroom import store
-from classroom.redis_store import RedisStore
-from classroom.store import ID_CHARS, MAX_PINNED, PRESET_PINS, TEACHER, LocalStore, StoreError, short_id
+from classroom.state import store
+from classroom.state.redis_store import RedisStore
+from classroom.state.store import (
+    ID_CHARS,
+    MAX_PINNED,
+    PRESET_PINS,
+    TEACHER,
+    LocalStore,
+    StoreError,
+    short_id,
+)
 from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.io import CheckpointError
@@ -105,7 +113,7 @@ def test_one_session_filling_the_store_pushes_out_only_its_own_checkpoints(Store
 def test_ids_are_80_bits_and_a_colliding_id_keeps_the_first_model_and_refuses_the_second(monkeypatch, Store):
     assert ID_CHARS * 5 >= 80  # base32: 5 bits a letter
     store, first, second = Store(), checkpoint(0), checkpoint(1)
-    monkeypatch.setattr("classroom.store.short_id", lambda data: "same" * 4)  # as a birthday search would find
+    monkeypatch.setattr("classroom.state.store.short_id", lambda data: "same" * 4)  # as a birthday search would find
     store.put("uploaded", "first", first, "student a")
     with pytest.raises(CheckpointError, match="^another checkpoint is kept under this one's id samesamesamesame"):
         store.put("uploaded", "second", second, "student b")

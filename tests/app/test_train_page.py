@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from classroom import training_queue
+from classroom.training import local_queue
 from mechlib import train
 from tests.app.helpers import open_exports, open_page
 
@@ -197,8 +197,8 @@ def spy_on_progress(monkeypatch) -> list[str]:
 
 
 def test_a_waiting_training_shows_its_place_and_the_estimated_wait_then_the_time_left(monkeypatch):
-    queue = training_queue.TrainingQueue(limit=1)  # this server's queue, fresh: one slot, no training measured yet
-    monkeypatch.setattr(training_queue, "QUEUE", queue)
+    queue = local_queue.TrainingQueue(limit=1)  # this server's queue, fresh: one slot, no training measured yet
+    monkeypatch.setattr(local_queue, "QUEUE", queue)
     texts = spy_on_progress(monkeypatch)
     at = train_page(**TINY)
     holding = threading.Event()
@@ -237,8 +237,8 @@ def test_a_waiting_training_shows_its_place_and_the_estimated_wait_then_the_time
 
 
 def test_a_second_training_from_the_same_session_is_refused_while_its_first_holds_a_place(monkeypatch):
-    queue = training_queue.TrainingQueue(limit=2)
-    monkeypatch.setattr(training_queue, "QUEUE", queue)
+    queue = local_queue.TrainingQueue(limit=2)
+    monkeypatch.setattr(local_queue, "QUEUE", queue)
     at = train_page(**{"session id": "this session"}, **TINY)
     inside, release = threading.Event(), threading.Event()
 

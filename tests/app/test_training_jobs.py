@@ -1,4 +1,4 @@
-"""Trainings as RQ jobs on Redis (``classroom.training_jobs``), run by real ``rq worker`` processes: the same model as
+"""Trainings as RQ jobs on Redis (``classroom.training.rq_jobs``), run by real ``rq worker`` processes: the same model as
 in this process, progress relayed, one training per session, a place in the queue while the workers are busy, a
 stop honoured, a refused setting raised as in-process, and a worker killed mid-training reported within seconds."""
 
@@ -16,8 +16,16 @@ import pytest
 import redis
 import torch
 
-from classroom.training_jobs import ALIVE_TTL_S, KEY_SETTING, QUEUE_NAME, RedisTrainings, SealError, seal, unseal
-from classroom.training_queue import SessionBusy
+from classroom.training.local_queue import SessionBusy
+from classroom.training.rq_jobs import (
+    ALIVE_TTL_S,
+    KEY_SETTING,
+    QUEUE_NAME,
+    RedisTrainings,
+    SealError,
+    seal,
+    unseal,
+)
 from mechlib import io, train
 from mechlib.config import ModelConfig
 from mechlib.data import RandomTokens, WithRepeats
@@ -34,7 +42,7 @@ class Worker:
 
     def __init__(self, url: str):
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "classroom.training_worker", url],
+            [sys.executable, "-m", "classroom.training.rq_worker", url],
             cwd=ROOT, env={**os.environ, "MECHLIB_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def kill(self) -> None:
@@ -154,7 +162,7 @@ def test_a_worker_runs_no_job_but_the_classs_and_opens_nothing_it_did_not_seal(j
     pickled = Queue(QUEUE_NAME, connection=jobs.shared).enqueue(os.system, f"touch {marker}")
     with pytest.MonkeyPatch.context() as other:
         other.setenv(KEY_SETTING, "another key")
-        forged = as_json.enqueue("classroom.training_jobs.work", seal((os.system, f"touch {marker}")), 1)
+        forged = as_json.enqueue("classroom.training.rq_jobs.work", seal((os.system, f"touch {marker}")), 1)
     deadline = time.monotonic() + 60
     while any(job.get_status(refresh=True) in ("queued", "started") for job in (foreign, pickled, forged)):
         assert time.monotonic() < deadline, [job.get_status() for job in (foreign, pickled, forged)]

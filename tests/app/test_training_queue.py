@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from classroom import training_queue
+from classroom.training import local_queue
 
 
 def test_queue_limits_concurrency_and_reports_positions():
-    queue = training_queue.TrainingQueue(limit=1)
+    queue = local_queue.TrainingQueue(limit=1)
     order, positions, running = [], {}, []
     first_in = threading.Event()
 
@@ -35,7 +35,7 @@ def test_queue_limits_concurrency_and_reports_positions():
 
 
 def test_leaving_the_queue_gives_up_the_place():
-    queue = training_queue.TrainingQueue(limit=1)
+    queue = local_queue.TrainingQueue(limit=1)
     release = threading.Event()
 
     def holder():
@@ -59,19 +59,19 @@ def test_leaving_the_queue_gives_up_the_place():
 
 
 def test_seconds_left_is_the_steps_to_go_at_the_measured_rate():
-    assert training_queue.seconds_left(50, 200, 10.0) == pytest.approx(30.0)  # 5 steps/s, 150 steps to go
-    assert training_queue.seconds_left(200, 200, 10.0) == 0.0
+    assert local_queue.seconds_left(50, 200, 10.0) == pytest.approx(30.0)  # 5 steps/s, 150 steps to go
+    assert local_queue.seconds_left(200, 200, 10.0) == 0.0
 
 
 def test_a_training_that_usually_stops_early_expects_its_usual_stop_not_its_bound():
     """The preset at 14 steps/s: step 70 of at most 3,000, usually stopping at 200 — about 9 s left, not the bound's
     209 s; past its usual stop (or with none) no expectation, only the bound."""
-    assert training_queue.expected_seconds_left(70, 3000, 5.0, 200) == pytest.approx(130 / 14)
-    assert training_queue.seconds_left(70, 3000, 5.0) == pytest.approx(2930 / 14)
-    assert training_queue.expected_seconds_left(70, 100, 5.0, 200) == pytest.approx(30 / 14)   # fewer steps set than usual
-    assert training_queue.expected_seconds_left(200, 3000, 5.0, 200) == 0.0
-    assert training_queue.expected_seconds_left(250, 3000, 5.0, 200) is None
-    assert training_queue.expected_seconds_left(70, 3000, 5.0, None) is None
+    assert local_queue.expected_seconds_left(70, 3000, 5.0, 200) == pytest.approx(130 / 14)
+    assert local_queue.seconds_left(70, 3000, 5.0) == pytest.approx(2930 / 14)
+    assert local_queue.expected_seconds_left(70, 100, 5.0, 200) == pytest.approx(30 / 14)   # fewer steps set than usual
+    assert local_queue.expected_seconds_left(200, 3000, 5.0, 200) == 0.0
+    assert local_queue.expected_seconds_left(250, 3000, 5.0, 200) is None
+    assert local_queue.expected_seconds_left(70, 3000, 5.0, None) is None
 
 
 @pytest.mark.parametrize("remaining, ahead, expected", [
@@ -84,10 +84,10 @@ def test_a_training_that_usually_stops_early_expects_its_usual_stop_not_its_boun
     ([], 2, 60.0),               # two idle slots taken by the two ahead for 60 s each
 ])
 def test_seconds_until_a_slot_frees_known_answers(remaining, ahead, expected):
-    assert training_queue.seconds_until_slot(remaining, ahead, duration_s=60.0, limit=2) == pytest.approx(expected)
+    assert local_queue.seconds_until_slot(remaining, ahead, duration_s=60.0, limit=2) == pytest.approx(expected)
 
 
-def hold(queue: training_queue.TrainingQueue, owner: str, steps: int = 100) -> tuple[threading.Event, threading.Thread, list]:
+def hold(queue: local_queue.TrainingQueue, owner: str, steps: int = 100) -> tuple[threading.Event, threading.Thread, list]:
     """A training of ``owner`` holding a slot of ``queue`` until the returned event is set; its ticket in the list."""
     release, tickets = threading.Event(), []
 
@@ -107,7 +107,7 @@ class Left(Exception):
     """The user left the page while waiting."""
 
 
-def ask(queue: training_queue.TrainingQueue, owner: str) -> tuple[str, tuple[int, float | None] | None]:
+def ask(queue: local_queue.TrainingQueue, owner: str) -> tuple[str, tuple[int, float | None] | None]:
     """``owner`` asks for a slot and leaves at its first wait: ("runs" | "waits" | "refused", (position, wait_s))."""
     seen = []
 
@@ -120,12 +120,12 @@ def ask(queue: training_queue.TrainingQueue, owner: str) -> tuple[str, tuple[int
             return "runs", None
     except Left:
         return "waits", seen[0]
-    except training_queue.SessionBusy:
+    except local_queue.SessionBusy:
         return "refused", None
 
 
 def test_the_wait_is_estimated_from_the_running_trainings_rate_and_the_finished_trainings_times():
-    queue = training_queue.TrainingQueue(limit=1)
+    queue = local_queue.TrainingQueue(limit=1)
     release, thread, (running,) = hold(queue, "a", steps=100)
     assert ask(queue, "b") == ("waits", (1, None))  # nothing measured yet: no estimate rather than a made-up one
     running.started, running.step = time.monotonic() - 10.0, 25  # 25 of 100 steps in 10 s: 30 s to go
@@ -139,7 +139,7 @@ def test_the_wait_is_estimated_from_the_running_trainings_rate_and_the_finished_
 
 
 def test_a_finished_training_adds_its_wall_time_and_a_failed_one_does_not():
-    queue = training_queue.TrainingQueue(limit=1)
+    queue = local_queue.TrainingQueue(limit=1)
     with queue.slot("a", 10, on_wait=lambda p, _: None):
         time.sleep(0.2)
     with pytest.raises(ValueError):
@@ -150,7 +150,7 @@ def test_a_finished_training_adds_its_wall_time_and_a_failed_one_does_not():
 
 
 def test_one_training_per_session_at_a_time():
-    queue = training_queue.TrainingQueue(limit=1)
+    queue = local_queue.TrainingQueue(limit=1)
     release, thread, _ = hold(queue, "me")
     assert ask(queue, "me")[0] == "refused"  # its training runs
     queued = threading.Event()
@@ -164,7 +164,7 @@ def test_one_training_per_session_at_a_time():
     queued.wait(5)
     assert ask(queue, "you")[0] == "refused"  # its training waits
     assert ask(queue, "them")[0] == "waits"   # another session queues behind
-    with pytest.raises(training_queue.SessionBusy, match="one training per session at a time"):
+    with pytest.raises(local_queue.SessionBusy, match="one training per session at a time"):
         with queue.slot("me", 10, on_wait=lambda p, _: None):
             pass
     release.set()

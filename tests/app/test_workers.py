@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from classroom import training_queue, workers
+from classroom.training import local_queue, local_workers
 from mechlib import io, train
 from mechlib.config import ModelConfig
 from mechlib.data import RandomTokens, WithRepeats
@@ -28,7 +28,7 @@ def one() -> int:
 
 def test_a_worker_trains_the_model_a_thread_would_and_relays_every_report():
     reports, steps = [], []
-    model, history = workers.run(train.train, KWARGS, on_progress=reports.append, on_step=steps.append, threads=one)
+    model, history = local_workers.run(train.train, KWARGS, on_progress=reports.append, on_step=steps.append, threads=one)
     here = train.train(**KWARGS)
     loaded = io.load(model)
     assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), here.model.state_dict().values()))
@@ -59,7 +59,7 @@ def test_a_training_follows_the_threads_it_is_given_and_its_weights_do_not_depen
         return 1 + (calls[0] // 3) % 2
 
     kwargs = {**KWARGS, "steps": 400, "eval_every": 400}
-    model, history = workers.run(train_noting_threads, kwargs, lambda p: None, lambda step: None, threads=alternating)
+    model, history = local_workers.run(train_noting_threads, kwargs, lambda p: None, lambda step: None, threads=alternating)
     assert set(history[-1]["threads"]) == {1, 2}, "the worker did not follow the count it was given"
     torch.set_num_threads(1)
     try:
@@ -72,8 +72,8 @@ def test_a_training_follows_the_threads_it_is_given_and_its_weights_do_not_depen
 
 
 def test_workers_train_below_the_pages_priority():
-    pool, _ = workers._pool()  # the pool itself: a training's own code cannot tell its niceness back
-    assert pool.submit(os.nice, 0).result() == min(19, os.nice(0) + workers.WORKER_NICE)
+    pool, _ = local_workers._pool()  # the pool itself: a training's own code cannot tell its niceness back
+    assert pool.submit(os.nice, 0).result() == min(19, os.nice(0) + local_workers.WORKER_NICE)
 
 
 def test_a_caller_that_stops_stops_the_worker_and_the_pool_goes_on():
@@ -85,12 +85,12 @@ def test_a_caller_that_stops_stops_the_worker_and_the_pool_goes_on():
 
     start = time.monotonic()
     with pytest.raises(Left):
-        workers.run(train.train, {**KWARGS, "steps": 100_000}, on_progress=leave, on_step=lambda step: None,
+        local_workers.run(train.train, {**KWARGS, "steps": 100_000}, on_progress=leave, on_step=lambda step: None,
                     threads=one)
-    with ThreadPoolExecutor(training_queue.QUEUE.limit) as callers:  # as many trainings as workers: each needs one free
-        runs = [callers.submit(workers.run, train.train, KWARGS, lambda p: None, lambda step: None, one)
-                for _ in range(training_queue.QUEUE.limit)]
-        assert [run.result()[1][-1]["step"] for run in runs] == [40] * training_queue.QUEUE.limit
+    with ThreadPoolExecutor(local_queue.QUEUE.limit) as callers:  # as many trainings as workers: each needs one free
+        runs = [callers.submit(local_workers.run, train.train, KWARGS, lambda p: None, lambda step: None, one)
+                for _ in range(local_queue.QUEUE.limit)]
+        assert [run.result()[1][-1]["step"] for run in runs] == [40] * local_queue.QUEUE.limit
     assert time.monotonic() - start < 60  # 100,000 steps take minutes: the stopped training let its worker go
 
 
@@ -107,33 +107,33 @@ def test_new_workers_do_not_run_the_servers_script_again(tmp_path, monkeypatch):
     as_streamlit_leaves_it = types.ModuleType("__main__")
     as_streamlit_leaves_it.__file__ = str(script)
     monkeypatch.setitem(sys.modules, "__main__", as_streamlit_leaves_it)
-    if "pool" in workers._shared:                                  # new processes, started while the script is __main__
-        workers._forget(workers._shared["pool"])
+    if "pool" in local_workers._shared:                                  # new processes, started while the script is __main__
+        local_workers._forget(local_workers._shared["pool"])
     try:
-        _, history = workers.run(train.train, KWARGS, on_progress=lambda p: None, on_step=lambda step: None,
+        _, history = local_workers.run(train.train, KWARGS, on_progress=lambda p: None, on_step=lambda step: None,
                                  threads=one)
         assert history[-1]["step"] == 40 and sys.modules["__main__"] is as_streamlit_leaves_it
         assert not mark.exists()                             # neither the manager nor a worker ran the script
     finally:
-        workers._forget(workers._shared["pool"])
+        local_workers._forget(local_workers._shared["pool"])
 
 
 def test_errors_in_the_worker_reach_the_caller():
     with pytest.raises(ValueError, match="steps=0: train for at least one step"):
-        workers.run(train.train, {**KWARGS, "steps": 0}, on_progress=lambda p: None, on_step=lambda step: None,
+        local_workers.run(train.train, {**KWARGS, "steps": 0}, on_progress=lambda p: None, on_step=lambda step: None,
                     threads=one)
 
 
 SERVER = """
 import sys, threading, time
-from classroom import workers
+from classroom.training import local_workers
 from mechlib import train
 from mechlib.config import ModelConfig
 from mechlib.data import RandomTokens
 
 kwargs = {"cfg": ModelConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=20, n_ctx=16), "data": RandomTokens(20),
           "steps": 10_000_000, "seed": 0, "eval_every": 10_000_000, "watch": 5}
-threading.Thread(target=workers.run, args=(train.train, kwargs, lambda p: None, print, lambda: 1), daemon=True).start()
+threading.Thread(target=local_workers.run, args=(train.train, kwargs, lambda p: None, print, lambda: 1), daemon=True).start()
 time.sleep(600)
 """
 
@@ -178,7 +178,7 @@ def test_workers_the_manager_and_the_resource_tracker_die_with_a_killed_server(t
     try:
         assert server.stdout.readline().strip() == "10"  # the worker is training: its tenth step reached us
         children = _children(server.pid)
-        assert len(children) >= 1 + training_queue.QUEUE.limit  # the manager and the workers (and the resource tracker)
+        assert len(children) >= 1 + local_queue.QUEUE.limit  # the manager and the workers (and the resource tracker)
         server.send_signal(signal.SIGKILL)
         server.wait()
         deadline = time.monotonic() + 5

@@ -1,4 +1,4 @@
-"""Attention you can hover (classroom/attention_text.py): on the Patterns page, pointing at a token shades every
+"""Attention you can hover (classroom/page/attention_text.py): on the Patterns page, pointing at a token shades every
 token of every head's line by that head's pattern row, as the model computes it."""
 
 import numpy as np

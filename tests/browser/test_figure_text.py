@@ -3,7 +3,7 @@ element lies inside the image, no two text elements overlap (an axis title on it
 axis title, colour-bar ticks on each other), and the figure has the size the page draws it at.
 
 The pages run in AppTest (reading mode, which draws every question's evidence, and presentation mode, every
-part and slide with every answer revealed); each figure is rendered by ``classroom.export.svg`` and measured in
+part and slide with every answer revealed); each figure is rendered by ``classroom.page.export.svg`` and measured in
 headless Chromium. A text element's box is the font's em box of its glyphs, less the font's internal leading
 (``LEADING`` of its height at the top and at the bottom), turned as the text is turned.
 """
@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from classroom import export, layout, slides
+from classroom.page import export, layout, slides
 from tests.app.helpers import APP
 from tests.browser.conftest import wait_for_app
 

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from classroom.store import short_id
+from classroom.state.store import short_id
 from tests.app.conftest import RedisServer, free_port
 from tests.browser.conftest import ROOT, wait_for_app
 from tests.browser.test_store_share import checkpoint, upload

@@ -1,13 +1,13 @@
 """The class's links are the teacher's to keep, through the real server: the store's share is per browser, so ten
-tabs of one browser uploading a model each keep that browser's last eight (``classroom.store.PER_OWNER``), and the
+tabs of one browser uploading a model each keep that browser's last eight (``classroom.state.store.PER_OWNER``), and the
 model the teacher pinned in another browser still opens from its link."""
 
 import re
 
+from classroom.state.store import PER_OWNER, short_id
 from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
-from classroom.store import PER_OWNER, short_id
 from tests.browser.conftest import wait_for_app
 
 TABS = PER_OWNER + 2

@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from classroom.slides import presenting
+from classroom.page.slides import presenting
 
 
 def _restate(key: str, value) -> None:

@@ -26,17 +26,16 @@ import os
 import pickle
 import threading
 import time
-from collections.abc import Callable
 
 import redis
 from rq import Queue, get_current_job
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from classroom.training_queue import SessionBusy, estimate_wait
-from classroom.workers import Cancelled
+from classroom.training.local_queue import SessionBusy, estimate_wait
+from classroom.training.local_workers import Cancelled
 from mechlib import io
-from mechlib.train import Progress, TrainResult
+from mechlib.train import Progress
 
 __all__ = ["QUEUE_NAME", "ALIVE_TTL_S", "KEY_SETTING", "JOB_FUNCTION", "SealError", "seal", "unseal", "Keys",
            "RedisTrainings", "work"]
@@ -54,7 +53,7 @@ POLL_S = 0.5        # the page waits this long for a message before it looks at 
 JOB_TIMEOUT_S = 3600
 KEEP_S = 600        # a job's messages and result outlive it this long
 KEY_SETTING = "CLASSROOM_JOB_KEY"  # the secret the replicas and the workers seal with (deploy/class.sh makes one)
-JOB_FUNCTION = "classroom.training_jobs.work"  # the one function a worker runs
+JOB_FUNCTION = "classroom.training.rq_jobs.work"  # the one function a worker runs
 
 
 class SealError(RuntimeError):

@@ -1,4 +1,4 @@
-"""A training worker for a class whose shared state is in Redis: ``python -m classroom.training_worker REDIS_URL``
+"""A training worker for a class whose shared state is in Redis: ``python -m classroom.training.rq_worker REDIS_URL``
 from the repository root, on any machine that reaches that Redis, with the class's job key in ``CLASSROOM_JOB_KEY``
 (``deploy/class.sh`` starts them). It takes the class's trainings (``training_jobs``) one at a time, on
 ``MECHLIB_THREADS`` threads, niced below the pages. It reads jobs as JSON and runs no function but
@@ -18,8 +18,8 @@ from rq.exceptions import DeserializationError
 from rq.serializers import JSONSerializer
 
 import mechlib.train  # noqa: F401  (the import is the work: torch and mechlib, before the first job)
-from classroom.training_jobs import JOB_FUNCTION, QUEUE_NAME, worker_alive
-from classroom.workers import WORKER_NICE
+from classroom.training.local_workers import WORKER_NICE
+from classroom.training.rq_jobs import JOB_FUNCTION, QUEUE_NAME, worker_alive
 
 
 class ClassWorker(SimpleWorker):

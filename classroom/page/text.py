@@ -2,7 +2,7 @@
 
 import re
 
-from classroom import part
+from classroom.page import part
 from mechlib.checks import Check
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-!$~|<>:])")  # what Markdown, LaTeX ($) and Streamlit's :directives: act on

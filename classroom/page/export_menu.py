@@ -5,9 +5,9 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from classroom import export, slides
-from classroom.part import Collected
-from classroom.slides import presenting
+from classroom.page import export, slides
+from classroom.page.part import Collected
+from classroom.page.slides import presenting
 from mechlib import figures
 
 

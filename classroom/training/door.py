@@ -1,17 +1,18 @@
 """Where the class's trainings run: the one door the Train page uses, with two backends behind it.
 
-By default (``LocalTrainings``) a training waits in this server's queue (``training_queue.QUEUE``) and runs in one of
+By default (``LocalTrainings``) a training waits in this server's queue (``local_queue.QUEUE``) and runs in one of
 this server's worker processes (``workers``). When the shared state is in Redis (``shared``), it is a job in an RQ
 queue there (``training_jobs.RedisTrainings``) that any worker process reaching that Redis runs, so every replica of
 a class shares one queue, one limit and one wait estimate. Either way ``train`` returns the trained model's
-safetensors bytes and its history, or raises ``training_queue.SessionBusy`` (a second training for one session),
+safetensors bytes and its history, or raises ``local_queue.SessionBusy`` (a second training for one session),
 ``ValueError`` (a training that refused its settings) or ``RuntimeError`` (its worker died: the message says so)."""
 
 from collections.abc import Callable
 from typing import Protocol
 
-from classroom import shared, training_queue, workers
 from classroom.admission import MEMORY
+from classroom.state import backend
+from classroom.training import local_queue, local_workers
 from mechlib.train import Progress, TrainResult
 
 __all__ = ["Trainings", "LocalTrainings", "current"]
@@ -43,16 +44,16 @@ class LocalTrainings:
     """This server's queue and worker processes; the training's memory is held under this server's budget."""
 
     def limit(self) -> int:
-        return training_queue.QUEUE.limit
+        return local_queue.QUEUE.limit
 
     def running(self) -> int:
-        return training_queue.QUEUE.running
+        return local_queue.QUEUE.running
 
     def warm(self) -> None:
-        workers.warm()
+        local_workers.warm()
 
     def train(self, owner, steps, memory_mb, fn, kwargs, on_wait, on_start, on_progress, on_step, threads) -> Trained:
-        with training_queue.QUEUE.slot(owner, steps, on_wait) as held, MEMORY.hold(memory_mb, "this training"):
+        with local_queue.QUEUE.slot(owner, steps, on_wait) as held, MEMORY.hold(memory_mb, "this training"):
             on_start()
 
             def stepped(step: int) -> None:
@@ -63,7 +64,7 @@ class LocalTrainings:
                 held.advance(progress.step)
                 on_progress(progress)
 
-            return workers.run(fn, kwargs, on_progress=evaluated, on_step=stepped, threads=threads)
+            return local_workers.run(fn, kwargs, on_progress=evaluated, on_step=stepped, threads=threads)
 
 
 _LOCAL = LocalTrainings()
@@ -71,7 +72,7 @@ _LOCAL = LocalTrainings()
 
 def current() -> Trainings:
     """Redis's RQ queue when the shared state is in Redis, else this server's."""
-    if (client := shared.client()) is None:
+    if (client := backend.client()) is None:
         return _LOCAL
-    from classroom.training_jobs import RedisTrainings
+    from classroom.training.rq_jobs import RedisTrainings
     return RedisTrainings(client)

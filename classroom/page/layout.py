@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from classroom import export, exports, glossary, part, slides
-from classroom.slides import presenting
+from classroom.page import export, export_menu, glossary, part, slides
+from classroom.page.slides import presenting
 from mechlib import figures
 
 
@@ -46,7 +46,7 @@ def _draw(title: str, draw: Callable[[], None]) -> None:
         pass  # its refusal is on screen, in the part
     finally:
         part.RUN.questions = None
-    exports.menu(collected)
+    export_menu.menu(collected)
 
 
 def beside(spec: int | list[int]) -> list[DeltaGenerator]:
@@ -130,7 +130,7 @@ def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) 
             "format": "png", "scale": export.SCALE, "filename": export.file_name(name)}})
     if collected is not None:
         collected.figures[name] = shown  # exports match the screen: its size, and slide-sized type when presenting
-        collected.snippets[name] = exports.snippet(collected, code, using)
+        collected.snippets[name] = export_menu.snippet(collected, code, using)
 
 
 _BLOCK = re.compile(r"^([-+*#>])(?= )")  # st.table reads a cell as Markdown: "+ W_pos" became a list item

@@ -30,7 +30,7 @@ from multiprocessing.managers import SyncManager
 
 import torch
 
-from classroom.training_queue import QUEUE
+from classroom.training.local_queue import QUEUE
 from mechlib import io
 from mechlib.train import Progress, TrainResult
 

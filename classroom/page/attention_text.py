@@ -11,8 +11,8 @@ import base64
 import numpy as np
 import streamlit as st
 
-from classroom.layout import prose
-from classroom.slides import own_slide, presenting
+from classroom.page.layout import prose
+from classroom.page.slides import own_slide, presenting
 from mechlib.circuits import head_label
 
 __all__ = ["attention_text", "packed"]

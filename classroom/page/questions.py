@@ -6,9 +6,11 @@ from collections.abc import Collection
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from classroom import live, pages, part, slides
-from classroom.rooms import Question
-from classroom.slides import presenting, reading
+from classroom import pages
+from classroom.live import live
+from classroom.live.rooms import Question
+from classroom.page import part, slides
+from classroom.page.slides import presenting, reading
 
 
 def _question_box() -> tuple[DeltaGenerator, bool]:

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from classroom import shared
 from classroom.admission import BudgetError, require_budget
+from classroom.state import backend
 from mechlib import io, zoo
 from mechlib.bounded import Bounded
 from mechlib.io import MAX_BYTES, CheckpointError
@@ -179,11 +179,11 @@ class LocalStore(CheckpointStore):
 
 
 def _server_store() -> CheckpointStore:
-    """The server's store: in Redis when ``shared.redis_url`` names one (every replica sees the same class), else in
+    """The server's store: in Redis when ``backend.redis_url`` names one (every replica sees the same class), else in
     this process."""
-    if (client := shared.client()) is None:
+    if (client := backend.client()) is None:
         return LocalStore()
-    from classroom.redis_store import RedisStore
+    from classroom.state.redis_store import RedisStore
     return RedisStore(client)
 
 

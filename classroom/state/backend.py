@@ -9,7 +9,7 @@ import os
 
 import redis
 
-from classroom.local_kv import LocalKV
+from classroom.state.local_kv import LocalKV
 
 __all__ = ["SETTING", "SharedStateError", "redis_url", "client", "kv", "require", "unreachable"]
 

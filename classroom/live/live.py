@@ -14,9 +14,20 @@ import redis
 import segno
 import streamlit as st
 
-from classroom import pages, public_address, shared, slides
-from classroom.rooms import Question, RoomError, Rooms, View, question_id, random_name, typed_code
-from classroom.text import literal
+from classroom import pages
+from classroom.live import public_address
+from classroom.live.rooms import (
+    Question,
+    RoomError,
+    Rooms,
+    View,
+    question_id,
+    random_name,
+    typed_code,
+)
+from classroom.page import slides
+from classroom.page.text import literal
+from classroom.state import backend
 
 __all__ = ["ROOM", "TEACHER", "POLL_S", "rooms", "code", "leading", "following", "join_from_link", "panel",
            "join_card", "join_banner", "showing_join", "publish", "room_question"]
@@ -30,7 +41,7 @@ DEFAULT_CHARS = 500    # the longest default value published for followers (a pr
 
 
 def rooms() -> Rooms:
-    return Rooms(shared.kv())
+    return Rooms(backend.kv())
 
 
 def code() -> str | None:
@@ -255,7 +266,7 @@ def _watch() -> None:
     try:
         _look()
     except redis.RedisError as error:
-        st.warning(f"{shared.unreachable(error)}. This screen keeps the class's last view until it is back.",
+        st.warning(f"{backend.unreachable(error)}. This screen keeps the class's last view until it is back.",
                    icon=":material/cloud_off:")
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from classroom.text import quoted
+from classroom.page.text import quoted
 
 __all__ = ["CODE_ALPHABET", "CODE_LENGTH", "TTL_S", "RoomError", "View", "Question", "question_id", "typed_code",
            "random_name", "Rooms"]

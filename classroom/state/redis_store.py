@@ -12,7 +12,15 @@ from collections.abc import Callable
 
 import redis
 
-from classroom.store import MAX_COUNT, MAX_MB, PER_OWNER, TTL_S, CheckpointStore, Stored, max_pinned
+from classroom.state.store import (
+    MAX_COUNT,
+    MAX_MB,
+    PER_OWNER,
+    TTL_S,
+    CheckpointStore,
+    Stored,
+    max_pinned,
+)
 
 __all__ = ["RedisStore", "PREFIX"]
 

@@ -156,8 +156,8 @@ def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
     elif kind == "random tokens":
         ids = data.random_ids(model.cfg.d_vocab, min(n_ctx, 24), st.session_state["seed"], data.bos_id(tokenizer))
     else:
-        ids = data.repeated_random_ids(model.cfg.d_vocab, (min(n_ctx, 25) - 1) // 2, st.session_state["seed"],
-                                       data.bos_id(tokenizer))
+        ids = tuple(data.repeated_sequences(model.cfg.d_vocab, (min(n_ctx, 25) - 1) // 2, 1, st.session_state["seed"],
+                                            data.bos_id(tokenizer))[0].tolist())
     return ids, data.token_labels(tokenizer, ids)
 
 

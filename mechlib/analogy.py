@@ -59,7 +59,7 @@ def pair() -> Pair:
     """The two zoo models' parameter counts and shared context."""
     rnn, transformer = _models()
     n_ctx = min(rnn.cfg.n_ctx, transformer.cfg.n_ctx)
-    return Pair(rnn.cfg.n_params(), transformer.cfg.n_params(), n_ctx, (n_ctx - 1) // 2, induction.eval_length(n_ctx))
+    return Pair(rnn.cfg.n_params(), transformer.cfg.n_params(), n_ctx, (n_ctx - 1) // 2, data.eval_length(n_ctx))
 
 
 def prompt(text: str) -> data.Prompt:
@@ -69,7 +69,7 @@ def prompt(text: str) -> data.Prompt:
 
 def repeated_ids(length: int, seed: int) -> tuple[int, ...]:
     """<bos>, a random segment of ``length`` characters, the segment again."""
-    return tuple(induction.repeated_sequences(zoo.load(TRANSFORMER).cfg.d_vocab, length, 1, seed)[0].tolist())
+    return tuple(data.repeated_sequences(zoo.load(TRANSFORMER).cfg.d_vocab, length, 1, seed)[0].tolist())
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ class SeparatingTest:
 def separating_test(length: int, seed: int) -> SeparatingTest:
     """Loss at each position of TEST_BATCH repeated random sequences (segment ``length``), for both models."""
     rnn, transformer = _models()
-    tokens = induction.repeated_sequences(transformer.cfg.d_vocab, length, TEST_BATCH, seed)  # [batch 1+2L]
+    tokens = data.repeated_sequences(transformer.cfg.d_vocab, length, TEST_BATCH, seed)  # [batch 1+2L]
     losses = {NAMES[TRANSFORMER]: to_numpy(induction.loss_by_position(transformer, tokens)),
               NAMES[RNN]: to_numpy(induction.loss_by_position(rnn, tokens))}
     first = {name: float(values[1:length].mean()) for name, values in losses.items()}

@@ -17,9 +17,9 @@ from torch import Tensor
 
 from mechlib import zoo
 from mechlib.checks import EARLIER_MARGIN, GAP_MIN, NOTHING_MARGIN
-from mechlib.data import Copies
+from mechlib.data import Copies, repeated_sequences
 from mechlib.device import costs, to_numpy
-from mechlib.induction import loss_by_position, previous_token_scores, repeated_sequences, stacked_patterns
+from mechlib.induction import loss_by_position, previous_token_scores, stacked_patterns
 from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json", "bos_id", "token_labels", "word_ids", "Prompt", "prompt_ids", "random_ids",
-           "builtin_text", "bigram_distribution", "validate_upload", "SOURCES", "training_lengths", "training_data", "MAX_UPLOAD_BYTES", "TextData", "RandomTokens", "WithRepeats", "Mix",
+__all__ = ["BOS", "UNK", "DataError", "Tokenizer", "WordTokenizer", "CharTokenizer", "tokenizer_from_json", "bos_id", "token_labels", "word_ids", "Prompt", "prompt_ids", "random_ids", "repeated_sequences",
+           "builtin_text", "bigram_distribution", "validate_upload", "SOURCES", "EVAL_LENGTH", "eval_length", "training_lengths", "training_data", "MAX_UPLOAD_BYTES", "TextData", "RandomTokens", "WithRepeats", "Mix",
            "Copies", "CopyingTask", "Data"]
 
 BOS, UNK = "<bos>", "<unk>"
@@ -178,11 +178,13 @@ def random_ids(d_vocab: int, length: int, seed: int, bos: int = 0) -> tuple[int,
     return (bos, *torch.randint(min(2, d_vocab - 1), d_vocab, (length - 1,), generator=g).tolist())
 
 
-def repeated_random_ids(d_vocab: int, length: int, seed: int, bos: int = 0) -> tuple[int, ...]:
-    """``bos``, a random segment of ``length`` ids from the seed (as ``random_ids``), then the segment again: on
-    the repeat, an induction head attends to the token after the current token's earlier occurrence."""
-    segment = random_ids(d_vocab, length + 1, seed)[1:]
-    return (bos, *segment, *segment)
+def repeated_sequences(d_vocab: int, length: int, batch: int, seed: int, bos: int = 0) -> Tensor:
+    """[batch, 1 + 2·length]: ``bos`` (as ``random_ids``), a random segment of ``length`` ids from the seed (≥ 2, as
+    ``random_ids``), then the segment again: on the repeat, an induction head attends to the token after the current
+    token's earlier occurrence. One sequence's segment is ``random_ids(d_vocab, length + 1, seed)[1:]``."""
+    generator = torch.Generator().manual_seed(seed)
+    segment = torch.randint(min(2, d_vocab - 1), d_vocab, (batch, length), generator=generator)  # [batch length]
+    return torch.cat([torch.full((batch, 1), bos, dtype=torch.long), segment, segment], dim=1)
 
 
 def _utf16_without_mark(data: bytes) -> bool:
@@ -352,12 +354,16 @@ SOURCES = {"words": "built-in text, words", "chars": "built-in text, characters"
            "random": "random tokens with repeats", "upload": "uploaded text"}
 WORD_VOCAB = 1000    # the word tokenizer keeps the 1,000 most frequent words (with <bos> and <unk>)
 RANDOM_VOCAB = 100   # ids of the random-token data
+EVAL_LENGTH = 20     # induction is scored at this segment length; training sequences avoid it
+
+
+def eval_length(n_ctx: int) -> int:
+    """The segment length scores use for a context of n_ctx: 20, or what fits twice after <bos>."""
+    return min(EVAL_LENGTH, (n_ctx - 1) // 2)
 
 
 def training_lengths(n_ctx: int) -> tuple[int, ...]:
     """Segment lengths for training repeats: 4 … (n_ctx−1)/2, without the one scores are measured at."""
-    from mechlib.induction import eval_length
-
     return tuple(n for n in range(4, (n_ctx - 1) // 2 + 1) if n != eval_length(n_ctx))
 
 

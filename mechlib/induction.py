@@ -1,8 +1,8 @@
-"""Induction heads (Olsson et al. 2022): repeated random sequences and the scores that find the heads.
+"""Induction heads (Olsson et al. 2022): the scores that find them on repeated random sequences.
 
-A sequence is <bos>, a random segment of length L, the same segment again: positions 1…L, then
-L+1…2L. An induction head at a second-repeat token attends to the token after that token's earlier
-copy (position q − L + 1) and copies it; a previous-token head attends to q − 1.
+A sequence (``data.repeated_sequences``) is <bos>, a random segment of length L, the same segment again:
+positions 1…L, then L+1…2L. An induction head at a second-repeat token attends to the token after that token's
+earlier copy (position q − L + 1) and copies it; a previous-token head attends to q − 1.
 """
 
 from dataclasses import dataclass
@@ -14,26 +14,20 @@ from torch import Tensor
 from mechlib import circuits, zoo
 from mechlib.checks import ABLATION_DROP_MIN, INDUCTION_MIN, PREV_TOKEN_MIN
 from mechlib.config import ModelConfig
+from mechlib.data import EVAL_LENGTH, eval_length, repeated_sequences
 from mechlib.device import costs, to_numpy
 from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
-__all__ = ["EVAL_LENGTH", "eval_length", "MIN_LENGTH", "SIZES_NEEDED", "scorable", "repeated_sequences",
-           "stacked_patterns", "patterns_on", "previous_token_scores", "induction_scores", "duplicate_token_scores", "second_half_loss",
+__all__ = ["MIN_LENGTH", "SIZES_NEEDED", "scorable", "stacked_patterns", "patterns_on", "previous_token_scores",
+           "induction_scores", "duplicate_token_scores", "second_half_loss",
            "loss_by_position", "mean_ablation", "head_scores", "ablated_induction_scores", "in_context_learning_score", "evaluate", "InductionCircuit", "induction_circuit", "TwoLayers",
            "two_layers", "Snapshot", "snapshot", "snapshot_at", "PhaseChange", "phase_change"]
 
-EVAL_LENGTH = 20  # scored at this segment length; training sequences avoid it
 SCORE_BATCH = 32  # repeated random sequences a head's scores are measured on
 SCORE_CHUNK_MB = 256  # activations one forward of ``head_scores`` holds at most; a larger batch runs in chunks
 ICL_BATCH, ICL_SEED = 16, 7  # repeated sequences the in-context-learning score of a checkpoint is measured on
-
-
-def eval_length(n_ctx: int) -> int:
-    """The segment length scores use for a context of n_ctx: 20, or what fits twice after <bos>."""
-    return min(EVAL_LENGTH, (n_ctx - 1) // 2)
-
 
 MIN_LENGTH = 3  # below it the token after the earlier copy, q − L + 1, is the query itself (L = 1) or q − 1 (L = 2)
 SIZES_NEEDED = (f"induction scores need a context of {2 * MIN_LENGTH + 1} tokens or more, and at least as many "
@@ -52,13 +46,6 @@ def _require_scorable(cfg: ModelConfig) -> None:
     if not scorable(cfg):
         raise ValueError(f"{SIZES_NEEDED}; this model has n_ctx = {cfg.n_ctx} (a segment of {eval_length(cfg.n_ctx)}) "
                          f"and d_vocab = {cfg.d_vocab}")
-
-
-def repeated_sequences(d_vocab: int, length: int, batch: int, seed: int) -> Tensor:
-    """[batch, 1 + 2·length]: <bos> (id 0), a random segment of ids ≥ 2, the segment again."""
-    generator = torch.Generator().manual_seed(seed)
-    segment = torch.randint(2, d_vocab, (batch, length), generator=generator)
-    return torch.cat([torch.zeros(batch, 1, dtype=torch.long), segment, segment], dim=1)
 
 
 def previous_token_scores(patterns: Tensor) -> Tensor:

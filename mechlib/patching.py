@@ -2,7 +2,7 @@
 clean run takes its value on a corrupted input, everything else stays clean, and a logit difference shows how much
 of the model's prediction that activation carried.
 
-The clean input is <bos>, a random segment r of length L, r again (``induction.repeated_sequences``); the corrupted
+The clean input is <bos>, a random segment r of length L, r again (``data.repeated_sequences``); the corrupted
 input has its first copy replaced by another random segment c, so the second copy's tokens are the same but nothing
 earlier says what follows them. The metric is the logit difference at the second copy's positions L+1 … 2L−1: the
 logit of the clean answer (the token after the earlier copy of the current token) minus the logit of the corrupted
@@ -25,8 +25,9 @@ from torch import Tensor
 from mechlib import attention
 from mechlib.checks import LOGIT_GAP_MIN, PATCH_EFFECT_MIN
 from mechlib.circuits import head_label
+from mechlib.data import eval_length, repeated_sequences
 from mechlib.device import costs, to_numpy
-from mechlib.induction import _require_scorable, eval_length, repeated_sequences
+from mechlib.induction import _require_scorable
 from mechlib.model import Cache, Transformer
 
 __all__ = ["BATCH", "Patching", "corrupted_pair", "logit_difference", "patching", "patching_mb"]

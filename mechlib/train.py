@@ -22,7 +22,7 @@ from torch import Tensor
 from mechlib import bigrams, copying, induction, io, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig
-from mechlib.data import CopyingTask, Data, Tokenizer, training_data
+from mechlib.data import CopyingTask, Data, Tokenizer, repeated_sequences, training_data
 from mechlib.device import DEVICE
 from mechlib.loss import heldout_loss, next_token_loss
 from mechlib.lstm import LSTM, LSTMConfig
@@ -85,7 +85,7 @@ def watch_sequence(d_vocab: int, length: int) -> Tensor:
     """One fixed sequence to draw heads on as they form, [1 1 + 2·length]: <bos>, a random segment, the segment
     again. A previous-token head lights the diagonal just below the main one, an induction head a stripe
     ``length`` − 1 below the main one, in the second copy."""
-    return induction.repeated_sequences(d_vocab, length, 1, WATCH_SEED)
+    return repeated_sequences(d_vocab, length, 1, WATCH_SEED)
 
 
 def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,

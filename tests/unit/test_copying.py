@@ -8,8 +8,8 @@ import torch
 
 from mechlib import copying, zoo
 from mechlib.config import ModelConfig
-from mechlib.data import CopyingTask
-from mechlib.induction import loss_by_position, repeated_sequences
+from mechlib.data import CopyingTask, repeated_sequences
+from mechlib.induction import loss_by_position
 from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer

@@ -4,7 +4,18 @@ its budget before running them."""
 
 import pytest
 
-from mechlib import analogy, circuits, copying, equivalence, induction, loss, patterns, residual, zoo
+from mechlib import (
+    analogy,
+    circuits,
+    copying,
+    data,
+    equivalence,
+    induction,
+    loss,
+    patterns,
+    residual,
+    zoo,
+)
 from mechlib.config import ModelConfig
 from mechlib.device import experiment_mb
 
@@ -47,7 +58,7 @@ def test_the_two_layer_part_declares_the_larger_of_its_scoring_batch_and_its_com
     model = zoo.load("attn-only-2l")
     assert experiment_mb(induction.two_layers, model, 0) == max(induction.scoring_mb(model.cfg),
                                                                 circuits.composition_mb(model))
-    positions = 1 + 2 * induction.eval_length(model.cfg.n_ctx)  # the whole batch at once: a small model's fits
+    positions = 1 + 2 * data.eval_length(model.cfg.n_ctx)  # the whole batch at once: a small model's fits
     assert induction.score_chunk(model.cfg) >= induction.SCORE_BATCH
     assert induction.scoring_mb(model.cfg) == model.cfg.activations_mb(induction.SCORE_BATCH, positions) + 4 * (
         model.cfg.n_layers * induction.SCORE_BATCH * model.cfg.n_heads * positions**2) / 1e6

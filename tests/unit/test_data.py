@@ -219,6 +219,9 @@ def test_example_prompts_are_whole_in_the_vocabulary_and_held_out(corpus):
     assert data.prompt_ids(tokenizer, "the cat sat on the mat", 64).unknown_share > 0  # the example fails
 
 
-def test_repeated_random_ids_repeat_the_seeds_segment():
-    ids = data.repeated_random_ids(50, 7, seed=3)
-    assert ids[0] == 0 and ids[1:8] == ids[8:] == data.random_ids(50, 8, 3)[1:] and min(ids[1:]) >= 2
+def test_repeated_sequences_repeat_the_seeds_segment():
+    batch = data.repeated_sequences(50, 7, 4, seed=3)                                   # [batch 1 + 2·7]
+    ids = tuple(data.repeated_sequences(50, 7, 1, seed=3, bos=49)[0].tolist())
+    assert batch.shape == (4, 15) and (batch[:, 0] == 0).all() and torch.equal(batch[:, 1:8], batch[:, 8:])
+    assert ids[0] == 49 and ids[1:] == tuple(batch[0, 1:].tolist())                     # one sequence: the batch's first
+    assert ids[1:8] == ids[8:] == data.random_ids(50, 8, 3)[1:] and min(ids[1:]) >= 2

@@ -1,10 +1,11 @@
 """Induction and previous-token scores: known answers on hand-built patterns."""
 
 import dataclasses
+
 import pytest
 import torch
 
-from mechlib import induction
+from mechlib import data, induction
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
 
@@ -24,7 +25,7 @@ def hand_built(tokens: torch.Tensor, length: int) -> torch.Tensor:
 
 
 def test_perfect_heads_score_one_and_zero_elsewhere():
-    tokens = induction.repeated_sequences(d_vocab=1000, length=10, batch=8, seed=0)
+    tokens = data.repeated_sequences(d_vocab=1000, length=10, batch=8, seed=0)
     patterns = hand_built(tokens, 10)
     prev, ind = induction.previous_token_scores(patterns), induction.induction_scores(patterns, tokens, 10)
     assert prev[0, 0] == pytest.approx(1.0) and prev[1, 0] < 0.2
@@ -41,7 +42,7 @@ def test_only_queries_with_a_unique_earlier_copy_count():
 
 
 def test_second_half_loss_is_zero_for_a_perfect_copier_and_log_vocab_for_uniform():
-    tokens = induction.repeated_sequences(d_vocab=50, length=6, batch=4, seed=1)
+    tokens = data.repeated_sequences(d_vocab=50, length=6, batch=4, seed=1)
     uniform = torch.zeros(4, 13, 50)
     assert induction.second_half_loss(uniform, tokens, 6) == pytest.approx(torch.log(torch.tensor(50.0)).item())
     perfect = torch.full((4, 13, 50), -1e9)
@@ -50,7 +51,7 @@ def test_second_half_loss_is_zero_for_a_perfect_copier_and_log_vocab_for_uniform
 
 
 def test_duplicate_token_head_scores_one():
-    tokens = induction.repeated_sequences(d_vocab=1000, length=8, batch=4, seed=2)
+    tokens = data.repeated_sequences(d_vocab=1000, length=8, batch=4, seed=2)
     n = tokens.shape[1]
     duplicate = torch.zeros(4, 1, n, n)
     duplicate[:, 0, torch.arange(n), torch.arange(n)] = 1
@@ -70,7 +71,7 @@ def test_ablating_the_previous_token_head_breaks_the_induction_head():
     prev_head = int(clean["prev_token"][0].argmax())
     ind_head = int(clean["induction"][1].argmax())
     assert clean["induction"][1, ind_head] >= 0.9
-    tokens = induction.repeated_sequences(model.cfg.d_vocab, induction.eval_length(model.cfg.n_ctx), 32, seed=99)
+    tokens = data.repeated_sequences(model.cfg.d_vocab, data.eval_length(model.cfg.n_ctx), 32, seed=99)
     for ablation in ({(0, prev_head): torch.zeros(model.cfg.d_head)}, induction.mean_ablation(model, tokens, [(0, prev_head)])):
         ablated = induction.head_scores(model, ablate=ablation)
         assert ablated["induction"][1, ind_head] < 0.5 * clean["induction"][1, ind_head]
@@ -81,7 +82,7 @@ def test_in_context_learning_score_is_negative_with_an_induction_head():
     from mechlib import zoo
 
     model = zoo.load("attn-only-2l")
-    tokens = induction.repeated_sequences(model.cfg.d_vocab, induction.eval_length(model.cfg.n_ctx), 16, seed=3)
+    tokens = data.repeated_sequences(model.cfg.d_vocab, data.eval_length(model.cfg.n_ctx), 16, seed=3)
     assert induction.in_context_learning_score(model, tokens) < -1.0  # nats: the second repeat is predicted
 
 
@@ -101,7 +102,7 @@ def hand_built_circuit(n_layers: int = 2, previous: int = 0, later: int = 1, by_
     cfg = ModelConfig(n_layers=n_layers, d_model=2 * V + n, n_heads=1, d_head=n, d_vocab=V, n_ctx=n,
                       positional="shortformer")
     model = Transformer(cfg).double()
-    big, shift = 40.0, induction.eval_length(n) - 1
+    big, shift = 40.0, data.eval_length(n) - 1
     with torch.no_grad():
         for param in model.parameters():
             param.zero_()
@@ -243,17 +244,17 @@ def test_the_smallest_scorable_sizes_are_scored(n_ctx, d_vocab):
     from mechlib.model import Transformer
 
     cfg = ModelConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=d_vocab, n_ctx=n_ctx)
-    assert induction.scorable(cfg) and d_vocab - 2 == induction.eval_length(n_ctx) >= induction.MIN_LENGTH
+    assert induction.scorable(cfg) and d_vocab - 2 == data.eval_length(n_ctx) >= induction.MIN_LENGTH
     assert not induction.scorable(ModelConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=d_vocab - 1, n_ctx=n_ctx))
     t = induction.two_layers(Transformer(cfg), 0)
-    assert t.patterns.shape[-1] == 1 + 2 * induction.eval_length(n_ctx) and t.circuit.missing
+    assert t.patterns.shape[-1] == 1 + 2 * data.eval_length(n_ctx) and t.circuit.missing
 
 
 def test_every_scorable_size_has_second_repeat_tokens_to_score():
     """At the fewest tokens allowed, for every context length, the scoring data has queries with one earlier copy."""
-    for n_ctx in range(7, 2 * induction.EVAL_LENGTH + 8):
-        length = induction.eval_length(n_ctx)
-        tokens = induction.repeated_sequences(length + 2, length, 32, 1234)          # head_scores' data
+    for n_ctx in range(7, 2 * data.EVAL_LENGTH + 8):
+        length = data.eval_length(n_ctx)
+        tokens = data.repeated_sequences(length + 2, length, 32, 1234)          # head_scores' data
         uniform = torch.ones(1, 32, 1, tokens.shape[1], tokens.shape[1])
         assert induction.induction_scores(uniform, tokens, length).shape == (1, 1)
 
@@ -293,7 +294,7 @@ def test_scores_run_in_chunks_equal_one_batch(monkeypatch):
     model = Transformer(ModelConfig(n_layers=2, d_model=32, n_heads=4, d_vocab=50, n_ctx=24, d_mlp=64,
                                     normalization="LN")).double()
     whole = induction.head_scores(model)
-    one = model.cfg.activations_mb(1, 1 + 2 * induction.eval_length(24))
+    one = model.cfg.activations_mb(1, 1 + 2 * data.eval_length(24))
     monkeypatch.setattr(induction, "SCORE_CHUNK_MB", 1.5 * one)
     assert induction.score_chunk(model.cfg) == 1
     for name, scores in induction.head_scores(model).items():

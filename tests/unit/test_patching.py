@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mechlib import Transformer, checks, patching, zoo
-from mechlib.induction import eval_length
+from mechlib.data import eval_length
 from mechlib.interop import to_transformer_lens
 from tests.unit.helpers import with_random_biases
 from tests.unit.test_induction import hand_built_circuit

@@ -5,8 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from mechlib import bigrams, copying, induction, train, zoo
-from mechlib.data import builtin_text
+from mechlib import bigrams, copying, data, induction, train, zoo
 
 MB = 1e6
 
@@ -35,15 +34,15 @@ def test_zoo_model_loads_read_only_with_its_tokenizer(name):
 def test_zero_layer_model_is_at_the_bigram_fit_its_width_allows():
     """Fitted full-batch to its text's bigram table (mechlib.bigrams.fit): KL ≤ 0.01 nats (SGD training gave 0.048)."""
     model = zoo.load("attn-only-0l")
-    table = bigrams.corpus_table(torch.tensor(model.tokenizer.encode(builtin_text())), model.cfg.d_vocab)
+    table = bigrams.corpus_table(torch.tensor(model.tokenizer.encode(data.builtin_text())), model.cfg.d_vocab)
     assert 2.5 < bigrams.entropy(table) < 3.5  # nats: the corpus's conditional bigram entropy at 1,000 words
     assert bigrams.kl(table, bigrams.zero_layer_logits(model)) <= 0.01
 
 
 def test_two_layer_model_has_a_previous_token_head_in_layer_0_and_an_induction_head_in_layer_1():
     model = zoo.load("attn-only-2l")
-    length = induction.eval_length(model.cfg.n_ctx)
-    tokens = induction.repeated_sequences(model.cfg.d_vocab, length, 32, seed=1234)
+    length = data.eval_length(model.cfg.n_ctx)
+    tokens = data.repeated_sequences(model.cfg.d_vocab, length, 32, seed=1234)
     _, cache = model.run_with_cache(tokens)
     patterns = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"].cpu() for l in range(2)])
     prev, ind = induction.previous_token_scores(patterns), induction.induction_scores(patterns, tokens, length)
@@ -67,8 +66,8 @@ def test_two_layer_training_snapshots_and_history_replay_the_phase_change():
 
 def test_the_lstm_cannot_copy_a_random_segment_that_the_transformer_can():
     """The separating test: second-repeat loss at a segment length neither model trained on."""
-    tokens = induction.repeated_sequences(105, induction.EVAL_LENGTH, 16, seed=11)
-    losses = {name: induction.loss_by_position(zoo.load(name), tokens)[induction.EVAL_LENGTH + 1:].mean().item()
+    tokens = data.repeated_sequences(105, data.EVAL_LENGTH, 16, seed=11)
+    losses = {name: induction.loss_by_position(zoo.load(name), tokens)[data.EVAL_LENGTH + 1:].mean().item()
               for name in ("attn-only-2l", "lstm")}
     assert losses["attn-only-2l"] < 0.5 and losses["lstm"] > 4.0  # nats; ln(103) ≈ 4.63 is a guess
 

@@ -43,8 +43,9 @@ def induction_scores(patterns: Tensor, copies: Copies) -> Tensor:
 
 @torch.inference_mode()
 def metrics(model: Transformer | LSTM, copies: Copies) -> dict[str, float]:
-    """The loss on the predictable positions (``repeat_loss``, nats) and the best induction and previous-token
-    scores over all heads (a model without heads: the loss only)."""
+    """What training reports: the loss on the predictable positions (``repeat_loss``, nats) and the best induction and
+    previous-token scores over all heads (a model without heads: the loss only), on a copying-task batch or on
+    repeated random sequences (``Copies.repeats``)."""
     tokens = copies.tokens.to(next(model.parameters()).device)
     if isinstance(model, LSTM) or not model.cfg.n_layers:
         return {"repeat_loss": float(next_token_loss(model(tokens).cpu(), copies.tokens, mask=copies.predictable))}
@@ -104,7 +105,7 @@ def compare(models: dict[str, Transformer | LSTM], seed: int) -> Controls:
     two = models["two layers"]
     length = (two.cfg.n_ctx - 1) // 2
     tokens = repeated_sequences(two.cfg.d_vocab, length, CONTROL_BATCH, seed)            # [batch 1 + 2·length]
-    copies = Copies(tokens, torch.ones(CONTROL_BATCH, dtype=torch.long), torch.full((CONTROL_BATCH,), length))
+    copies = Copies.repeats(tokens, length)
     second = copies.predictable[0]                                                       # [2·length]
     losses = {role: to_numpy(loss_by_position(model, tokens)) for role, model in models.items()}
     first_copy = {role: float(values[:length].mean()) for role, values in losses.items()}

@@ -316,6 +316,13 @@ class Copies:
         first, last = self.starts + self.lengths, self.starts + 2 * self.lengths - 2      # [batch] each
         return (p >= first[:, None]) & (p <= last[:, None])
 
+    @classmethod
+    def repeats(cls, tokens: Tensor, length: int) -> "Copies":
+        """Repeated sequences (``repeated_sequences``, [batch 1 + 2·length]) as copies: each segment at position 1,
+        ``length`` long."""
+        batch = tokens.shape[0]
+        return cls(tokens, torch.ones(batch, dtype=torch.long), torch.full((batch,), length))
+
 
 @dataclass(frozen=True)
 class CopyingTask:

@@ -21,8 +21,8 @@ from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
 __all__ = ["MIN_LENGTH", "SIZES_NEEDED", "scorable", "stacked_patterns", "patterns_on", "previous_token_scores",
-           "induction_scores", "duplicate_token_scores", "second_half_loss",
-           "loss_by_position", "mean_ablation", "head_scores", "ablated_induction_scores", "in_context_learning_score", "evaluate", "InductionCircuit", "induction_circuit", "TwoLayers",
+           "induction_scores", "duplicate_token_scores",
+           "loss_by_position", "mean_ablation", "head_scores", "ablated_induction_scores", "in_context_learning_score", "InductionCircuit", "induction_circuit", "TwoLayers",
            "two_layers", "Snapshot", "snapshot", "snapshot_at", "PhaseChange", "phase_change"]
 
 SCORE_BATCH = 32  # repeated random sequences a head's scores are measured on
@@ -80,12 +80,6 @@ def induction_scores(patterns: Tensor, tokens: Tensor, length: int) -> Tensor:
     return _attention_from_second_repeat(patterns, tokens, length, shift=1)
 
 
-def second_half_loss(logits: Tensor, tokens: Tensor, length: int) -> Tensor:
-    """Mean cross-entropy (nats) predicting the second repeat's tokens 2…L from the ones before them
-    (positions L+1 … 2L−1 predicting L+2 … 2L)."""
-    return next_token_loss(logits, tokens, "none")[:, length + 1 : 2 * length].mean()
-
-
 def duplicate_token_scores(patterns: Tensor, tokens: Tensor, length: int) -> Tensor:
     """Mean attention from each second-repeat token to its own earlier copy (position q − L): [layer head].
     Valid pairs only, as for the induction score."""
@@ -140,23 +134,6 @@ def in_context_learning_score(model: Transformer, tokens: Tensor) -> float:
 def loss_by_position(model: Transformer | LSTM, tokens: Tensor) -> Tensor:
     """Mean next-token loss (nats) at each position, [pos − 1]: position p predicts token p + 1."""
     return next_token_loss(model(tokens.to(next(model.parameters()).device)).cpu(), tokens, "none").mean(0)
-
-
-@torch.inference_mode()
-def evaluate(model: Transformer, batch: int = 32, seed: int = 1234) -> dict[str, float]:
-    """Loss on the second repeat, and the best induction and previous-token scores over all heads
-    (an LSTM has no heads: only the loss)."""
-    length = eval_length(model.cfg.n_ctx)
-    tokens = repeated_sequences(model.cfg.d_vocab, length, batch, seed)
-    if isinstance(model, LSTM):
-        return {"repeat_loss": float(second_half_loss(model(tokens.to(model.W_E.device)).cpu(), tokens, length))}
-    logits, cache = model.run_with_cache(tokens)
-    out = {"repeat_loss": float(second_half_loss(logits.cpu(), tokens, length))}
-    if model.cfg.n_layers:
-        patterns = stacked_patterns(cache, model.cfg.n_layers)
-        out["induction"] = float(induction_scores(patterns, tokens, length).max())
-        out["prev_token"] = float(previous_token_scores(patterns).max())
-    return out
 
 
 @dataclass(frozen=True)

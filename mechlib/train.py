@@ -22,15 +22,24 @@ from torch import Tensor
 from mechlib import bigrams, copying, induction, io, zoo
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig
-from mechlib.data import CopyingTask, Data, Tokenizer, repeated_sequences, training_data
+from mechlib.data import (
+    Copies,
+    CopyingTask,
+    Data,
+    Tokenizer,
+    eval_length,
+    repeated_sequences,
+    training_data,
+)
 from mechlib.device import DEVICE
 from mechlib.loss import heldout_loss, next_token_loss
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
 
-__all__ = ["Progress", "TrainResult", "train", "train_step", "adamw", "watch_sequence", "Preset", "INDUCTION_PRESET", "estimate_mb"]
+__all__ = ["Progress", "TrainResult", "train", "train_step", "adamw", "held_out_repeats", "watch_sequence", "Preset",
+           "INDUCTION_PRESET", "estimate_mb"]
 
-EVAL_BATCH, EVAL_SEED = 32, 1234  # the fixed copying-task batch that training on the copying task is scored on
+EVAL_BATCH, EVAL_SEED = 32, 1234  # the fixed batch a model in training is scored on: of its copying task, or repeats
 WATCH_SEED = 99                   # the repeated sequence a preset's heads are drawn on while they form
 
 
@@ -39,7 +48,7 @@ class Progress:
     step: int
     steps: int
     loss: float                 # training loss at this step, nats per token
-    metrics: dict[str, float]   # induction.evaluate or copying.metrics: repeat_loss, induction, prev_token
+    metrics: dict[str, float]   # copying.metrics: repeat_loss, induction, prev_token
     elapsed_s: float            # since the first step, evaluations included
     evaluation_s: float         # of which spent in evaluations
     patterns: np.ndarray | None = None  # [layer head query_pos key_pos]: every head's attention on the watched sequence
@@ -88,6 +97,13 @@ def watch_sequence(d_vocab: int, length: int) -> Tensor:
     return repeated_sequences(d_vocab, length, 1, WATCH_SEED)
 
 
+def held_out_repeats(cfg: ModelConfig | LSTMConfig) -> Copies:
+    """EVAL_BATCH repeated random sequences from EVAL_SEED at ``eval_length``, the segment length training avoids:
+    what a model trained on other data than the copying task is scored on (``copying.metrics``)."""
+    length = eval_length(cfg.n_ctx)
+    return Copies.repeats(repeated_sequences(cfg.d_vocab, length, EVAL_BATCH, EVAL_SEED), length)
+
+
 def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,
           warmup: int = 50, weight_decay: float = 0.01, clip: float | None = 1.0, eval_every: int = 50,
           on_progress: Callable[[Progress], None] | None = None, on_step: Callable[[int], None] | None = None,
@@ -95,10 +111,10 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
           checkpoint_dir: Path | None = None, tokenizer: Tokenizer | None = None) -> TrainResult:
     """Train a new model of ``cfg`` on ``data`` with AdamW (warm-up, cosine decay, gradient clipping).
 
-    Every ``eval_every`` steps (and at the last) the model is scored and the metrics passed to ``on_progress``:
-    on the copying task (``CopyingTask``), the loss counts only the predictable positions and the scores come from
-    a fixed batch of the same task (``copying.metrics``); on other data, from repeated random sequences
-    (``induction.evaluate``). With ``watch`` (a segment length; a transformer with layers), every evaluation also
+    Every ``eval_every`` steps (and at the last) the model is scored (``copying.metrics``: the loss on the predictable
+    positions, the best induction and previous-token scores) and the metrics passed to ``on_progress``: on a fixed
+    batch of the copying task when that is ``data`` (``CopyingTask``), else on repeated random sequences
+    (``held_out_repeats``). With ``watch`` (a segment length; a transformer with layers), every evaluation also
     records every head's attention pattern on ``watch_sequence(d_vocab, watch)``, to draw heads forming live. Training stops early
     after an evaluation for which ``until(progress)`` is True.
     ``on_step(step)`` is called after every step (cheap; an app checks there whether its user left, so a stop
@@ -111,11 +127,8 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
     model.tokenizer = tokenizer
     generator = torch.Generator().manual_seed(seed)
     optimizer = adamw(model, lr, weight_decay)
-    if isinstance(data, CopyingTask):
-        held = data.sample(torch.Generator().manual_seed(EVAL_SEED), EVAL_BATCH, cfg.n_ctx)
-        evaluate = lambda: copying.metrics(model, held)  # noqa: E731
-    else:
-        evaluate = lambda: induction.evaluate(model)  # noqa: E731
+    held = (data.sample(torch.Generator().manual_seed(EVAL_SEED), EVAL_BATCH, cfg.n_ctx) if isinstance(data, CopyingTask)
+            else held_out_repeats(cfg))
     result, start, evaluation_s = TrainResult(model), time.perf_counter(), 0.0
     watched = None if watch is None else watch_sequence(cfg.d_vocab, watch)                # [1 1 + 2·watch]
     watched_ids = () if watched is None else tuple(watched[0].tolist())
@@ -141,7 +154,8 @@ def train(cfg: ModelConfig | LSTMConfig, data: Data, steps: int, *, lr: float = 
         if step % eval_every == 0 or step == steps:
             began = time.perf_counter()
             model.eval()
-            metrics, patterns = evaluate(), None if watched is None else induction.patterns_on(model, watched)
+            metrics = copying.metrics(model, held)
+            patterns = None if watched is None else induction.patterns_on(model, watched)
             model.train()
             evaluation_s += time.perf_counter() - began
             result.history.append({"step": step, "loss": loss.item(), **metrics})
@@ -290,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"KL(corpus bigrams ‖ model) {c.model_kl:.2e} nats; the best rank-{model.cfg.d_model} fit's {c.best_fit_kl:.2e}; "
               f"the unigram baseline's {c.unigram_kl:.3f}; corpus bigram entropy {c.entropy:.3f} nats")
     else:
-        print("  ".join(f"{k} {v:.3f}" for k, v in induction.evaluate(model).items()))
+        print("  ".join(f"{k} {v:.3f}" for k, v in copying.metrics(model, held_out_repeats(model.cfg)).items()))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """Corpora and tokenizers: round trips, upload validation messages, synthetic repeats."""
 
+import math
+
 import pytest
 import torch
 
 from mechlib import data
 from mechlib.data import CharTokenizer, DataError, WordTokenizer
+from mechlib.loss import next_token_loss
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +228,14 @@ def test_repeated_sequences_repeat_the_seeds_segment():
     assert batch.shape == (4, 15) and (batch[:, 0] == 0).all() and torch.equal(batch[:, 1:8], batch[:, 8:])
     assert ids[0] == 49 and ids[1:] == tuple(batch[0, 1:].tolist())                     # one sequence: the batch's first
     assert ids[1:8] == ids[8:] == data.random_ids(50, 8, 3)[1:] and min(ids[1:]) >= 2
+
+
+def test_repeats_as_copies_predict_the_second_copy_after_its_first_token():
+    tokens = data.repeated_sequences(d_vocab=50, length=6, batch=4, seed=1)               # [batch 1 + 2·6]
+    predictable = data.Copies.repeats(tokens, 6).predictable                              # [batch pos − 1]
+    p = torch.arange(12)
+    assert torch.equal(predictable, ((p >= 7) & (p <= 11)).expand(4, -1))                # L+1 … 2L−1 predict L+2 … 2L
+    uniform, perfect = torch.zeros(4, 13, 50), torch.full((4, 13, 50), -1e9)
+    perfect.scatter_(-1, tokens.roll(-1, dims=1)[..., None], 0.0)
+    assert next_token_loss(uniform, tokens, mask=predictable) == pytest.approx(math.log(50))
+    assert next_token_loss(perfect, tokens, mask=predictable) == pytest.approx(0.0)

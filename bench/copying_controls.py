@@ -6,7 +6,7 @@ Trains the zoo's ``copying-2l``, ``copying-1l`` and ``copying-lstm`` from scratc
 another with one thread, as ``python -m mechlib.train NAME`` does, so each comes out equal to its shipped file bit
 for bit; the script says whether it did. Prints each model's parameter count, its wall time for the step budget
 (evaluations included, every steps / 20), and its loss on the second copy of repeated random sequences
-(``copying.compare``, the LSTM page's figure), with ln d_vocab and the "some earlier token comes next" level.
+(``copying.controls_of``, the LSTM page's figure), with ln d_vocab and the "some earlier token comes next" level.
 The load average is printed too: other work on the 2 cores slows every time here.
 """
 
@@ -34,7 +34,7 @@ def main() -> None:
         same = all(torch.equal(value, shipped[key].cpu()) for key, value in models[role].state_dict().items())
         print(f"{name:13s} {role:10s} {models[role].cfg.n_params():8,} parameters  {seconds[role]:6.1f} s  "
               f"{'equal to' if same else 'DIFFERENT from'} the shipped file  (load average {os.getloadavg()[0]:.1f})")
-    c = copying.compare(models, seed=0)
+    c = copying.controls_of(models, seed=0)
     print(f"loss on the second copy (nats; {copying.CONTROL_BATCH} sequences of <bos>, {c.length} random ids, the same "
           "ids again; seed 0):")
     for role, loss in c.second_copy.items():

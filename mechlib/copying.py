@@ -1,8 +1,10 @@
 """Scores on the copying task (``data.CopyingTask``): the setting in which induction heads form fastest.
 
-Each sequence copies a segment of its own length n from its own start, so the induction score here reads,
-per sequence, the attention from a copied token q to q − n + 1 (the token after its earlier copy; Olsson
-et al. 2022), where ``induction.induction_scores`` uses one length for the whole batch.
+Each sequence copies a segment of its own length n from its own start, so the induction score here
+(``induction_scores_on_copies``) reads, per sequence, the attention from a copied token q to q − n + 1 (the token
+after its earlier copy; Olsson et al. 2022), where ``induction.induction_scores`` uses one length for the whole
+batch. ``metrics`` is what training reports, on a batch of this task or on repeated random sequences (one start
+and one length for all: ``data.Copies.repeats``).
 
 ``controls`` sets the two-layer model beside its controls trained the same way: one attention layer (no
 composition, so no induction head) and an LSTM of about the same size (a fixed-width state, no attention).
@@ -24,10 +26,11 @@ from mechlib.loss import next_token_loss
 from mechlib.lstm import LSTM
 from mechlib.model import Transformer
 
-__all__ = ["induction_scores", "metrics", "CONTROLS", "Controls", "compare", "controls", "earlier_token_loss"]
+__all__ = ["induction_scores_on_copies", "metrics", "CONTROLS", "Controls", "controls_of", "controls", "losses_by_label",
+           "earlier_token_loss"]
 
 
-def induction_scores(patterns: Tensor, copies: Copies) -> Tensor:
+def induction_scores_on_copies(patterns: Tensor, copies: Copies) -> Tensor:
     """Mean attention from each copied token q to q − n + 1, over valid queries (the token occurs exactly once
     before q, so the earlier copy is unambiguous): patterns [layer batch head q k] -> [layer head]."""
     tokens, p = copies.tokens, torch.arange(copies.tokens.shape[1])                   # [batch pos], [pos]
@@ -52,7 +55,7 @@ def metrics(model: Transformer | LSTM, copies: Copies) -> dict[str, float]:
     logits, cache = model.run_with_cache(tokens)
     patterns = stacked_patterns(cache, model.cfg.n_layers)                             # [layer batch head q k]
     return {"repeat_loss": float(next_token_loss(logits.cpu(), copies.tokens, mask=copies.predictable)),
-            "induction": float(induction_scores(patterns, copies).max()),
+            "induction": float(induction_scores_on_copies(patterns, copies).max()),
             "prev_token": float(previous_token_scores(patterns).max())}
 
 
@@ -99,7 +102,7 @@ class Controls:
 
 
 @torch.inference_mode()
-def compare(models: dict[str, Transformer | LSTM], seed: int) -> Controls:
+def controls_of(models: dict[str, Transformer | LSTM], seed: int) -> Controls:
     """``Controls`` of ``models`` (role -> model, the roles of ``CONTROLS``, one vocabulary) on CONTROL_BATCH
     repeated sequences drawn from ``seed``, with the two-layer model's longest copying-task segment."""
     two = models["two layers"]
@@ -121,5 +124,11 @@ def compare(models: dict[str, Transformer | LSTM], seed: int) -> Controls:
 @costs(lambda seed: sum(zoo.load(name).cfg.estimate_mb(CONTROL_BATCH) for name in CONTROLS.values()),
        "the copying task's three models")
 def controls(seed: int) -> Controls:
-    """``compare`` on the shipped zoo models of ``CONTROLS``, trained by one recipe for the same number of steps."""
-    return compare({role: zoo.load(name) for role, name in CONTROLS.items()}, seed)
+    """``controls_of`` the shipped zoo models of ``CONTROLS``, trained by one recipe for the same number of steps."""
+    return controls_of({role: zoo.load(name) for role, name in CONTROLS.items()}, seed)
+
+
+def losses_by_label(result: Controls) -> dict[str, np.ndarray]:
+    """The controls' losses by position [2·length] under labels that give each model's size:
+    "two layers (101,440 parameters)"."""
+    return {f"{role} ({result.params[role]:,} parameters)": values for role, values in result.losses.items()}

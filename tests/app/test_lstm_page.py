@@ -180,8 +180,8 @@ def controls_in_other_roles(seed):
     """The shipped copying models in other roles (the LSTM where the two-layer model was, and so on): every verdict
     of the controls comes out the other way."""
     shipped = {role: zoo.load(name) for role, name in copying.CONTROLS.items()}
-    return copying.compare({"two layers": shipped["LSTM"], "one layer": shipped["two layers"],
-                            "LSTM": shipped["one layer"]}, seed)
+    return copying.controls_of({"two layers": shipped["LSTM"], "one layer": shipped["two layers"],
+                                "LSTM": shipped["one layer"]}, seed)
 
 
 def test_the_controls_section_draws_and_states_the_computed_controls():

@@ -33,7 +33,7 @@ def test_a_head_attending_to_the_token_after_each_earlier_copy_scores_one_and_a_
     p, n = torch.arange(N_CTX), copies.lengths[:, None]                       # [pos], [batch 1]
     induction = _pattern_to((p - n + 1).clamp(min=0))                         # every query to q − n + 1
     previous = _pattern_to((p - 1).clamp(min=0).expand(len(n), -1))          # every query to q − 1
-    scores = copying.induction_scores(torch.stack([induction, previous]), copies)   # [layer=2 head=1]
+    scores = copying.induction_scores_on_copies(torch.stack([induction, previous]), copies)   # [layer=2 head=1]
     assert scores.shape == (2, 1)
     assert abs(float(scores[0, 0]) - 1.0) < 1e-6
     assert float(scores[1, 0]) < 0.02  # only where the earlier copy's next token is the previous one by chance
@@ -46,7 +46,7 @@ def test_the_score_reads_each_sequences_own_distance():
     common = int(copies.lengths.mode().values)
     fixed = _pattern_to((torch.arange(N_CTX) - common + 1).clamp(min=0).expand(512, -1))
     share = float((copies.lengths == common).float().mean())
-    assert abs(float(copying.induction_scores(fixed[None], copies)[0, 0]) - share) < 0.03
+    assert abs(float(copying.induction_scores_on_copies(fixed[None], copies)[0, 0]) - share) < 0.03
 
 
 def test_a_model_without_heads_gets_the_loss_on_the_copy_only():
@@ -79,7 +79,7 @@ def test_the_earlier_token_level_is_ln_of_the_distinct_ids_seen_after_bos():
 def test_controls_are_each_models_loss_by_position_on_one_batch():
     models = {"two layers": _small(2), "one layer": _small(1),
               "LSTM": LSTM(LSTMConfig(d_vocab=64, d_model=8, d_hidden=8, n_ctx=17)).eval()}
-    c = copying.compare(models, seed=5)
+    c = copying.controls_of(models, seed=5)
     tokens = repeated_sequences(64, 8, copying.CONTROL_BATCH, 5)                 # <bos>, 8 ids, the same 8
     predictable = torch.zeros(copying.CONTROL_BATCH, 16, dtype=torch.bool)
     predictable[:, 9:16] = True                                                          # predicting tokens 10 … 16
@@ -98,8 +98,8 @@ def test_controls_are_each_models_loss_by_position_on_one_batch():
 def test_a_uniform_guess_is_the_loss_of_knowing_nothing_and_the_verdicts_follow():
     """Three zeroed models all sit at ln d_vocab: nothing is ordered, the "LSTM" knows nothing, and the one-layer
     model is not at the earlier-token level (ln 64 − ln 8 ≈ 2.1 nats above it)."""
-    c = copying.compare({"two layers": _zeroed(_small(2)), "one layer": _zeroed(_small(1)),
-                         "LSTM": _zeroed(LSTM(LSTMConfig(d_vocab=64, d_model=8, d_hidden=8, n_ctx=17)))}, seed=0)
+    c = copying.controls_of({"two layers": _zeroed(_small(2)), "one layer": _zeroed(_small(1)),
+                             "LSTM": _zeroed(LSTM(LSTMConfig(d_vocab=64, d_model=8, d_hidden=8, n_ctx=17)))}, seed=0)
     assert c.knows_nothing == pytest.approx(math.log(64))
     assert all(v == pytest.approx(math.log(64), abs=1e-5) for v in c.second_copy.values())
     assert (c.ordered, c.lstm_knows_nothing, c.one_layer_earlier) == (False, True, False)
@@ -119,10 +119,10 @@ def test_the_shipped_controls_rank_two_layers_below_one_layer_below_the_lstm():
 def test_the_verdicts_are_computed_from_the_models_given():
     """The shipped models in other roles: the verdicts flip with the numbers."""
     shipped = {role: zoo.load(name) for role, name in copying.CONTROLS.items()}
-    swapped = copying.compare({"two layers": shipped["LSTM"], "one layer": shipped["two layers"],
-                               "LSTM": shipped["one layer"]}, seed=0)
+    swapped = copying.controls_of({"two layers": shipped["LSTM"], "one layer": shipped["two layers"],
+                                   "LSTM": shipped["one layer"]}, seed=0)
     assert (swapped.ordered, swapped.lstm_knows_nothing, swapped.one_layer_earlier) == (False, False, False)
     real = copying.controls(seed=0)
     assert swapped.second_copy["LSTM"] == real.second_copy["one layer"]  # the same numbers, moved
-    one_layer_copies = copying.compare({**shipped, "one layer": shipped["two layers"]}, seed=0)
+    one_layer_copies = copying.controls_of({**shipped, "one layer": shipped["two layers"]}, seed=0)
     assert not one_layer_copies.ordered and not one_layer_copies.one_layer_earlier and one_layer_copies.lstm_knows_nothing

@@ -1,7 +1,9 @@
-"""The store in Redis, for a class served by several replicas: every replica reads and writes the same checkpoints,
-and they outlive a restart of the replicas (and of Redis, with its persistence on: ``deploy/class.sh`` turns on
-its append-only file). Each operation is one Lua script, so the bounds hold whichever replica acts: the same four
-bounds as ``LocalStore`` (a count, a count per owner, bytes, a lifetime after the last use) and the same pins.
+"""The store's entries in Redis, for a class served by several replicas: every replica reads and writes the same
+checkpoints, and they outlive a restart of the replicas (and of Redis, with its persistence on: ``deploy/class.sh``
+turns on its append-only file). Each operation is one Lua script, so the bounds hold whichever replica acts: the same
+four bounds as ``store.LocalStore``'s (a count, a count per owner, bytes, a lifetime after the last use) and the same
+pins. ``store.RedisStore`` keeps its checkpoints here, as ``store.LocalStore`` keeps them in a ``bounded.Bounded``;
+this module knows nothing of checkpoints (an entry is a label and bytes), so it imports nothing of the store's.
 
 Keys, under ``PREFIX``: ``ckpt:<id>`` a hash (label, data, owner); ``used`` a sorted set of ids by last use (the
 replicas' wall clock, seconds); ``pins`` a hash of pinned ids to who pinned them, and ``pinned:<holder>`` each
@@ -12,17 +14,7 @@ from collections.abc import Callable
 
 import redis
 
-from classroom.state.store import (
-    MAX_COUNT,
-    MAX_MB,
-    PER_OWNER,
-    TTL_S,
-    CheckpointStore,
-    Stored,
-    max_pinned,
-)
-
-__all__ = ["RedisStore", "PREFIX"]
+__all__ = ["RedisEntries", "PREFIX"]
 
 PREFIX = "classroom:store:"
 
@@ -128,38 +120,44 @@ return redis.call('ZCARD', P .. 'used')
 """
 
 
-class RedisStore(CheckpointStore):
-    """``CheckpointStore`` in Redis (``client``: bytes in, bytes out); ``clock`` is the wall clock every replica
-    shares."""
+class RedisEntries:
+    """Entries (a label and bytes) by key in Redis (``client``: bytes in, bytes out), under ``prefix``: at most
+    ``max_count`` and ``max_bytes`` of data, ``per_owner`` per owner, each ``ttl_s`` after its last use by
+    ``clock`` (the wall clock every replica shares); pinned entries outside all four, ``max_pinned(holder)`` each."""
 
-    def __init__(self, client: redis.Redis, max_count: int = MAX_COUNT, max_mb: float = MAX_MB, ttl_s: float = TTL_S,
-                 per_owner: int = PER_OWNER, clock: Callable[[], float] = time.time, prefix: str = PREFIX):
-        self.max_bytes, self.ttl_s = max_mb * 2**20, ttl_s
-        self._client, self._clock, self._prefix = client, clock, prefix
-        self._bounds = (ttl_s, max_count, self.max_bytes, per_owner)
-        self._put, self._get, self._label_script, self._pin_script, self._unpin_script, self._count = (
+    def __init__(self, client: redis.Redis, max_count: int, max_bytes: float, ttl_s: float, per_owner: int,
+                 max_pinned: Callable[[str], int], clock: Callable[[], float] = time.time, prefix: str = PREFIX):
+        self._client, self._clock, self._prefix, self._max_pinned = client, clock, prefix, max_pinned
+        self._bounds = (ttl_s, max_count, max_bytes, per_owner)
+        self._put, self._get, self._label, self._pin, self._unpin, self._count = (
             client.register_script(script) for script in (_PUT, _GET, _LABEL, _PIN, _UNPIN, _COUNT))
 
     def _args(self, *more) -> list:
         return [self._prefix, self._clock(), *self._bounds, *more]
 
-    def _keep(self, key: str, stored: Stored, owner: str) -> Stored:
-        label, data = self._put(args=self._args(key, stored.label, stored.data, owner))
-        return Stored(label.decode(), data)
+    def put(self, key: str, label: str, data: bytes, owner: str) -> tuple[str, bytes]:
+        """Keep (label, data) under ``key`` for ``owner`` as the most recently used, then apply the bounds; an entry
+        already under ``key`` stays. Returns the entry kept."""
+        label, data = self._put(args=self._args(key, label, data, owner))
+        return label.decode(), data
 
-    def _find(self, key: str) -> Stored | None:
+    def get(self, key: str) -> tuple[str, bytes] | None:
+        """(label, data) under ``key`` with its last use renewed, after the bounds are applied; None if there is none."""
         found = self._get(args=self._args(key))
-        return None if found is None else Stored(found[0].decode(), found[1])
+        return None if found is None else (found[0].decode(), found[1])
 
-    def _label(self, key: str) -> str | None:
-        label = self._label_script(args=self._args(key))
+    def label(self, key: str) -> str | None:
+        """``get``'s label alone: its bytes stay in Redis."""
+        label = self._label(args=self._args(key))
         return None if label is None else label.decode()
 
-    def _pin(self, key: str, holder: str) -> bool:
-        return bool(self._pin_script(args=self._args(key, holder, max_pinned(holder))))
+    def pin(self, key: str, holder: str) -> bool:
+        """Pin ``key`` for ``holder``, unpinning that holder's oldest pin past ``max_pinned(holder)``; False when
+        there is no such entry."""
+        return bool(self._pin(args=self._args(key, holder, self._max_pinned(holder))))
 
     def unpin(self, key: str) -> None:
-        self._unpin_script(args=self._args(key))
+        self._unpin(args=self._args(key))
 
     def pinned(self, key: str) -> bool:
         return bool(self._client.hexists(self._prefix + "pins", key))

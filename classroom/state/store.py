@@ -16,8 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import redis
+
 from classroom.admission import BudgetError, require_budget
-from classroom.state import backend
+from classroom.state import backend, redis_store
 from mechlib import io, zoo
 from mechlib.bounded import Bounded
 from mechlib.io import MAX_BYTES, CheckpointError
@@ -69,7 +71,7 @@ def admit(data: bytes) -> None:
 
 class CheckpointStore:
     """Validated checkpoints by short id, least recently used first out: what every backend shares (validation,
-    ids, messages). A backend keeps them: ``LocalStore`` in this process, ``redis_store.RedisStore`` in Redis, for
+    ids, messages). A backend keeps them: ``LocalStore`` in this process, ``RedisStore`` in Redis, for
     every replica of a class."""
 
     max_bytes: float
@@ -178,13 +180,42 @@ class LocalStore(CheckpointStore):
         return len(self._items)
 
 
+class RedisStore(CheckpointStore):
+    """The store in Redis (``redis_store.RedisEntries``), for every replica of a class: ``client`` bytes in, bytes out;
+    ``clock`` is the wall clock every replica shares."""
+
+    def __init__(self, client: redis.Redis, max_count: int = MAX_COUNT, max_mb: float = MAX_MB, ttl_s: float = TTL_S,
+                 per_owner: int = PER_OWNER, clock: Callable[[], float] = time.time, prefix: str = redis_store.PREFIX):
+        self.max_bytes, self.ttl_s = max_mb * 2**20, ttl_s
+        self._entries = redis_store.RedisEntries(client, max_count, self.max_bytes, ttl_s, per_owner, max_pinned, clock,
+                                                 prefix)
+
+    def _keep(self, key: str, stored: Stored, owner: str) -> Stored:
+        return Stored(*self._entries.put(key, stored.label, stored.data, owner))
+
+    def _find(self, key: str) -> Stored | None:
+        return None if (found := self._entries.get(key)) is None else Stored(*found)
+
+    def _label(self, key: str) -> str | None:
+        return self._entries.label(key)
+
+    def _pin(self, key: str, holder: str) -> bool:
+        return self._entries.pin(key, holder)
+
+    def unpin(self, key: str) -> None:
+        self._entries.unpin(key)
+
+    def pinned(self, key: str) -> bool:
+        return self._entries.pinned(key)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 def _server_store() -> CheckpointStore:
     """The server's store: in Redis when ``backend.redis_url`` names one (every replica sees the same class), else in
     this process."""
-    if (client := backend.client()) is None:
-        return LocalStore()
-    from classroom.state.redis_store import RedisStore
-    return RedisStore(client)
+    return LocalStore() if (client := backend.client()) is None else RedisStore(client)
 
 
 STORE = _server_store()  # the server's: every session reads and writes this one

@@ -7,8 +7,7 @@ import pytest
 import redis
 
 from classroom.state import backend
-from classroom.state.redis_store import RedisStore
-from classroom.state.store import TEACHER
+from classroom.state.store import TEACHER, RedisStore
 from tests.app.conftest import free_port
 from tests.app.test_store import checkpoint
 

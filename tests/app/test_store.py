@@ -7,13 +7,13 @@ import pytest
 import redis
 
 from classroom.state import store
-from classroom.state.redis_store import RedisStore
 from classroom.state.store import (
     ID_CHARS,
     MAX_PINNED,
     PRESET_PINS,
     TEACHER,
     LocalStore,
+    RedisStore,
     StoreError,
     short_id,
 )

@@ -18,7 +18,9 @@ from classroom.page.text import literal
 from classroom.page.widgets import select_slider, slider
 from classroom.session import add_session_model, session_id
 from classroom.state.store import STORE, short_id
-from classroom.training import door, local_queue
+from classroom.training import estimates
+from classroom.training.door import TRAININGS
+from classroom.training.errors import SessionBusy
 from mechlib import data, figures, induction, train
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
@@ -32,7 +34,6 @@ def bar_question(steps: int) -> str:
             f"{PREV_TOKEN_MIN} (the preset's bar) within the {steps:,} steps set?")
 
 
-TRAININGS = door.current()
 TRAININGS.warm()  # start the training processes while the student reads the page
 
 SLOTS = f"at most {TRAININGS.limit()} trainings run at once on this server, {TRAININGS.running()} running now"
@@ -99,7 +100,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
 
     def timing(step: int) -> str:
         elapsed = time.monotonic() - clock["start"]
-        most, expected = local_queue.seconds_left(step, steps, elapsed), local_queue.expected_seconds_left(step, steps, elapsed, usual)
+        most, expected = estimates.seconds_left(step, steps, elapsed), estimates.expected_seconds_left(step, steps, elapsed, usual)
         left = (f"about {most:.0f} s left" if usual is None else
                 f"usually stops near step {usual:,}: about {expected:.0f} s left, at most {most:.0f} s"
                 if expected is not None else f"past step {usual:,}, where it usually stops: at most {most:.0f} s left")
@@ -137,7 +138,7 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
                                          on_progress=evaluated, on_step=step_done,
                                          threads=lambda: activity.training_threads(owner))
         seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
-    except local_queue.SessionBusy as error:
+    except SessionBusy as error:
         progress.empty()
         st.warning(f"Not started: {error}. Any press or change on this page stops the earlier one at its next step; "
                    "press the button again then.")

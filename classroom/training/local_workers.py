@@ -1,13 +1,14 @@
-"""Trainings run in worker processes, away from the server's interpreter.
+"""Trainings run in worker processes, away from the server's interpreter: the local backend's transport.
 
 A training in the server's own process is a thread among the students' script runs. Each of its hundreds of
 small torch calls per step gives up Python's global interpreter lock and waits to take it back from threads
 busy drawing pages, so it crawls: the induction preset took 236 s instead of 3.5 s beside two students rerunning
 a page (measured with the load script that became ``bench/classroom_load.py``). A worker process has its own
 interpreter. ``run`` sends it the training (any picklable callable returning a ``train.TrainResult`` and taking
-``on_progress``/``on_step``), relays its progress reports back to the calling thread, and stops it at its next
-step if the caller leaves (a closed tab).
-The pool keeps ``training_queue.QUEUE.limit`` workers, started with "spawn" on first use and kept, so torch is imported
+``on_progress``/``on_step``), which runs there as ``body.run_training``; its reports come back through the
+manager's queues and ``relay.relay`` hands them to the calling thread, and stops it at its next report if the
+caller leaves (a closed tab).
+The pool keeps ``local_queue.QUEUE.limit`` workers, started with "spawn" on first use and kept, so torch is imported
 once per worker, not once per training; if one dies, the next training starts a new pool. The workers and the
 manager watch their server: killed, even with ``kill -9``, they exit within a second, and the resource tracker
 with them. A training uses as many threads as its caller says at each moment (``run``'s ``threads``): all the cores
@@ -23,29 +24,22 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from multiprocessing.managers import SyncManager
 
-import torch
-
+from classroom.training.body import Report, Trained, run_training, yield_to_pages
 from classroom.training.local_queue import QUEUE
-from mechlib import io
+from classroom.training.relay import relay
 from mechlib.train import Progress, TrainResult
 
-__all__ = ["Cancelled", "run", "warm"]
+__all__ = ["run", "warm"]
 
 _lock = threading.Lock()
 _shared: dict[str, object] = {}
 
-
-class Cancelled(Exception):
-    """The caller left: the worker stopped training at a step boundary."""
-
-
-WORKER_NICE = 10  # added to a worker's scheduling niceness: the pages come first, trainings take the idle CPU
-WATCH_S = 0.5     # how often a worker or the manager looks whether its server is still there
+WATCH_S = 0.5  # how often a worker or the manager looks whether its server is still there
 
 
 def _die_with(server: int) -> None:
@@ -61,14 +55,12 @@ def _die_with(server: int) -> None:
 
 
 def _start_worker(server: int) -> None:
-    """Once per worker: import torch and mechlib, and yield the CPU to the pages. With 25 students on the pages and 5
-    pressing the preset (``bench/classroom_load.py --clients 30 --train 5``), two workers at the pages' priority
-    took both cores: the students' p95 rose from 1.4 s to 3.4 s. Niced, a worker still gets the cores the students
-    leave idle between their moves."""
+    """Once per worker: import torch and mechlib, die with the server, and yield the CPU to the pages
+    (``body.yield_to_pages``)."""
     import mechlib.train  # noqa: F401  (the import is the work: torch and mechlib, once per worker)
 
     _die_with(server)
-    os.nice(WORKER_NICE)
+    yield_to_pages()
 
 
 def _ready() -> bool:
@@ -122,69 +114,69 @@ def warm() -> None:
     _pool()
 
 
-def _work(fn: Callable[..., TrainResult], kwargs: dict, messages, cancel,
-          threads) -> tuple[bytes, list[dict[str, float]]]:
-    """In the worker: train on ``threads.value`` threads, looked at again every 10th step, putting every progress
-    report (and every 10th step) on ``messages`` as pickled bytes (so the manager, which only passes them on, never
-    imports torch); stop when ``cancel`` is set. Returns the model as safetensors bytes and the evaluation history."""
+def _work(fn: Callable[..., TrainResult], kwargs: dict, messages, cancel, threads) -> Trained:
+    """In the worker: ``body.run_training`` on ``threads.value`` threads, putting each report on ``messages`` with
+    its value pickled (so the manager, which only passes them on, never imports torch); stop once ``cancel`` is
+    set."""
 
-    def check(step: int) -> None:
-        if cancel.is_set():
-            raise Cancelled(f"stopped at step {step}")
+    def send(kind: str, value) -> bool:
+        messages.put((kind, pickle.dumps(value)))
+        return cancel.is_set()
 
-    def follow() -> None:
-        if (allowed := threads.value) != torch.get_num_threads():
-            torch.set_num_threads(allowed)
+    return run_training(fn, kwargs, send, threads=lambda: threads.value)
 
-    def on_step(step: int) -> None:
-        if step % 10 == 0:  # each is a round trip to the manager: ten steps take about 0.15 s
-            check(step)
-            follow()
-            messages.put(("step", pickle.dumps(step)))
 
-    def on_progress(progress: Progress) -> None:
-        check(progress.step)
-        messages.put(("progress", pickle.dumps(progress)))
+class _Channel:
+    """``relay.Channel`` through the manager: the reports' queue, the stop's event, the thread count's value (passed
+    on at each poll), and the pool's future of the training."""
 
-    follow()
-    result = fn(**kwargs, on_progress=on_progress, on_step=on_step)
-    return io.to_bytes(result.model), result.history
+    POLL_S = 0.1
+
+    def __init__(self, future: Future, messages, cancel, allowed, threads: Callable[[], int]):
+        self.future, self.messages, self.cancel, self.allowed, self.threads = future, messages, cancel, allowed, threads
+        self.wanted = allowed.value
+
+    def receive(self, wait: bool) -> Report | None:
+        if (now := self.threads()) != self.wanted:
+            self.allowed.value = self.wanted = now
+        try:
+            kind, value = self.messages.get(timeout=self.POLL_S) if wait else self.messages.get_nowait()
+        except queue.Empty:
+            return None
+        return kind, pickle.loads(value)
+
+    def ended(self) -> bool:
+        return self.future.done()  # every put happens before the worker returns
+
+    def result(self) -> Trained:
+        return self.future.result()
+
+    def stop(self) -> None:
+        self.future.cancel()  # not started yet: never starts
+        try:
+            self.cancel.set()  # started: stops within ten steps
+        except (OSError, EOFError):
+            pass  # the manager is gone, and the worker with it
 
 
 def run(fn: Callable[..., TrainResult], kwargs: dict, on_progress: Callable[[Progress], None],
-        on_step: Callable[[int], None], threads: Callable[[], int]) -> tuple[bytes, list[dict[str, float]]]:
+        on_step: Callable[[int], None], threads: Callable[[], int]) -> Trained:
     """``fn(**kwargs, on_progress=…, on_step=…)`` in a worker process: (the trained model as safetensors bytes, its
-    history). ``on_progress(progress)`` and ``on_step(step)`` (every 10th step) run here, in the caller's thread;
-    if either raises, or the caller is stopped, the worker stops within ten steps. ``threads()``, asked here every
-    0.1 s, is how many threads the training may use now; the worker follows within ten steps. A training's weights
-    do not depend on it (``tests/unit/test_workers.py``). Errors in the training (a refused size, say) are raised
-    here; a worker that died raises ``RuntimeError`` and the next training gets a new one."""
+    history). ``on_progress(progress)`` and ``on_step(step)`` (every 10th step) run here, in the caller's thread
+    (``relay.relay``); if either raises, or the caller is stopped, the worker stops within ten steps. ``threads()``,
+    asked here every 0.1 s, is how many threads the training may use now; the worker follows within ten steps. A
+    training's weights do not depend on it (``tests/app/test_workers.py``). Errors in the training (a refused size,
+    say) are raised here; a worker that died raises ``RuntimeError`` and the next training gets a new one."""
     pool, manager = _pool()
     try:
-        wanted = threads()
-        messages, cancel, allowed = manager.Queue(), manager.Event(), manager.Value("i", wanted)
+        messages, cancel, allowed = manager.Queue(), manager.Event(), manager.Value("i", threads())
         with _spawning():  # a pool starts a worker on a submit that finds none idle
             future = pool.submit(_work, fn, kwargs, messages, cancel, allowed)
     except (BrokenProcessPool, OSError, EOFError) as error:
         _forget(pool)
         raise RuntimeError("the training processes had stopped; they are restarted: press the button again") from error
     try:
-        while True:
-            if (now := threads()) != wanted:
-                allowed.value = wanted = now
-            try:
-                kind, value = messages.get(timeout=0.1)
-            except queue.Empty:
-                if future.done() and messages.empty():  # every put happens before the worker returns
-                    return future.result()
-                continue
-            (on_progress if kind == "progress" else on_step)(pickle.loads(value))
+        return relay(_Channel(future, messages, cancel, allowed, threads), on_progress, on_step)
     except (BrokenProcessPool, OSError, EOFError) as error:
         _forget(pool)
         raise RuntimeError("the training process stopped unexpectedly (out of memory?); press the button again") from error
-    finally:
-        future.cancel()  # not started yet: never starts
-        try:
-            cancel.set()  # started: stops within ten steps
-        except (OSError, EOFError):
-            pass  # the manager is gone, and the worker with it

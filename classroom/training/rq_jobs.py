@@ -1,5 +1,7 @@
 """Trainings as jobs in an RQ queue on the class's Redis, run by worker processes that any machine reaching that
-Redis can start (``training_worker``; ``deploy/class.sh`` starts them beside the replicas).
+Redis can start (``rq_worker``; ``deploy/class.sh`` starts them beside the replicas): the Redis backend's transport.
+A job runs ``body.run_training``, the page follows it with ``relay.relay``, and one session's second training is
+refused by ``claim.one_per_session``, as on this server's own pool.
 
 RQ rather than Celery: it needs nothing but the Redis the class already runs (Celery brings its own broker and
 result-backend layers, a scheduler and a larger configuration), its jobs are plain function calls, and its queue
@@ -14,7 +16,7 @@ its first renewal a worker reads the job's data; one killed then is noticed afte
 
 Whoever reaches the class's Redis could put a job there, and a pickle runs code as it is read: so RQ's own record
 of a job is JSON (``JSONSerializer``: a function's name and a string), a worker runs no function but ``work``
-(``training_worker``), and everything pickled that crosses Redis (the training's arguments, its reports, its
+(``rq_worker``), and everything pickled that crosses Redis (the training's arguments, its reports, its
 result) is sealed with an HMAC under the class's job key (``KEY_SETTING``, which the replicas and the workers share
 and Redis never holds) and opened only once its seal checks."""
 
@@ -32,10 +34,10 @@ from rq import Queue, get_current_job
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from classroom.training.local_queue import SessionBusy, estimate_wait
-from classroom.training.local_workers import Cancelled
-from mechlib import io
-from mechlib.train import Progress
+from classroom.training.body import PROGRESS, Report, Trained, run_training
+from classroom.training.claim import one_per_session
+from classroom.training.estimates import estimate_wait
+from classroom.training.relay import relay
 
 __all__ = ["QUEUE_NAME", "ALIVE_TTL_S", "KEY_SETTING", "JOB_FUNCTION", "SealError", "seal", "unseal", "Keys",
            "RedisTrainings", "work"]
@@ -93,9 +95,9 @@ class Keys:
 
 
 def work(sealed: str, steps: int) -> dict:
-    """In the worker: ``fn(**kwargs, on_progress=…, on_step=…)`` of the sealed (fn, kwargs), reporting through
-    ``Keys`` and ``RUNNING``. Returns {"result": sealed (safetensors bytes, history)}, or {"refused": message} for
-    settings the training refuses (a ``ValueError``), which the page shows as the in-process pool's would be."""
+    """In the worker: ``body.run_training`` of the sealed (fn, kwargs), reporting through ``Keys`` and ``RUNNING``.
+    Returns {"result": sealed (safetensors bytes, history)}, or {"refused": message} for settings the training
+    refuses (a ``ValueError``), which the page shows as the in-process pool's would be."""
     fn, kwargs = unseal(sealed)
     job = get_current_job()
     shared, keys, started = job.connection, Keys(job.id), time.time()
@@ -106,19 +108,12 @@ def work(sealed: str, steps: int) -> dict:
             shared.set(keys.alive, b"1", px=int(ALIVE_TTL_S * 1000))
             done.wait(BEAT_S)
 
-    def report(kind: str, value, step: int) -> None:
-        with shared.pipeline() as pipe:
+    def send(kind: str, value) -> bool:
+        step = value.step if kind == PROGRESS else value
+        with shared.pipeline() as pipe:  # one round trip: the report, the progress, and whether the page left
             pipe.rpush(keys.messages, seal((kind, value))).expire(keys.messages, KEEP_S)
             pipe.hset(RUNNING, job.id, json.dumps([step, steps, started])).exists(keys.cancel)
-            if pipe.execute()[-1]:
-                raise Cancelled(f"stopped at step {step}")
-
-    def on_step(step: int) -> None:
-        if step % 10 == 0:  # each is a round trip to Redis
-            report("step", step, step)
-
-    def on_progress(progress: Progress) -> None:
-        report("progress", progress, progress.step)
+            return bool(pipe.execute()[-1])
 
     if shared.exists(keys.cancel):  # the page left while the job waited
         return {"refused": "cancelled before it started"}
@@ -127,11 +122,11 @@ def work(sealed: str, steps: int) -> dict:
     try:
         shared.hset(RUNNING, job.id, json.dumps([0, steps, started]))
         try:
-            result = fn(**kwargs, on_progress=on_progress, on_step=on_step)
+            trained = run_training(fn, kwargs, send)
         except ValueError as error:
             return {"refused": str(error)}
         shared.pipeline().lpush(DURATIONS, time.time() - started).ltrim(DURATIONS, 0, RECENT - 1).execute()
-        return {"result": seal((io.to_bytes(result.model), result.history))}
+        return {"result": seal(trained)}
     finally:
         done.set()
         shared.pipeline().hdel(RUNNING, job.id).delete(keys.alive).execute()
@@ -178,61 +173,68 @@ class RedisTrainings:
         durations = [float(d) for d in self.shared.lrange(DURATIONS, 0, -1)]
         return estimate_wait(running, ahead, durations, max(self.limit(), 1))
 
-    def train(self, owner, steps, memory_mb, fn, kwargs, on_wait, on_start, on_progress, on_step, threads):
-        """See ``trainings.Trainings.train``; ``memory_mb`` and ``threads`` are the worker machine's own
+    def train(self, owner, steps, memory_mb, fn, kwargs, on_wait, on_start, on_progress, on_step, threads) -> Trained:
+        """See ``door.Trainings.train``; ``memory_mb`` and ``threads`` are the worker machine's own
         (``MECHLIB_THREADS`` there), not this server's."""
-        owned = f"{PREFIX}owner:{owner}"
-        if not self.shared.set(owned, b"1", nx=True, ex=JOB_TIMEOUT_S):
-            raise SessionBusy("this session already has a training running or waiting for a slot; one training "
-                              "per session at a time")
-        try:
+        with one_per_session(self.shared, owner, ttl_s=JOB_TIMEOUT_S):
             job = self.queue.enqueue(JOB_FUNCTION, seal((fn, kwargs)), steps, job_timeout=JOB_TIMEOUT_S,
                                      result_ttl=KEEP_S, failure_ttl=KEEP_S)
-            try:
-                return self._follow(job, Keys(job.id), on_wait, on_start, on_progress, on_step)
-            finally:
-                self.shared.set(Keys(job.id).cancel, b"1", ex=KEEP_S)
-                if job.get_status() == JobStatus.QUEUED:
-                    job.cancel()
-        finally:
-            self.shared.delete(owned)
+            return relay(_Channel(self, job, on_wait, on_start), on_progress, on_step)
 
-    def _follow(self, job: Job, keys: Keys, on_wait, on_start, on_progress, on_step):
-        """Relay the job's messages to the callbacks until it ends; its result, or the reason it has none."""
-        started = []
 
-        def begin() -> None:
-            if not started:
-                started.append(on_start())
+class _Channel:
+    """``relay.Channel`` through Redis: the job's sealed reports in a list, its cancel key, its worker's heartbeat,
+    and RQ's status of the job, which also tells the page its place in the queue (``on_wait``) and when the training
+    starts (``on_start``)."""
 
-        def relay(message: bytes) -> None:
-            begin()
-            kind, value = unseal(message)
-            (on_progress if kind == "progress" else on_step)(value)
+    def __init__(self, trainings: RedisTrainings, job: Job, on_wait, on_start):
+        self.trainings, self.shared, self.job, self.keys = trainings, trainings.shared, job, Keys(job.id)
+        self.on_wait, self.on_start = on_wait, on_start
+        self.started = False
+        self.missing_since: float | None = None  # when the job was first seen started with no heartbeat yet
 
-        missing_since = None
-        while True:
-            if (popped := self.shared.blpop([keys.messages], timeout=POLL_S)) is not None:
-                relay(popped[1])
-                continue
-            status = job.get_status()
-            if status == JobStatus.QUEUED:
-                position = (job.get_position() or 0) + 1
-                on_wait(position, self.wait_s(position - 1))
-            elif status == JobStatus.FINISHED:
-                begin()
-                for message in self.shared.lrange(keys.messages, 0, -1):  # every push precedes the job's end
-                    relay(message)
-                result = job.return_value()
-                if "refused" in result:
-                    raise ValueError(result["refused"])
-                return unseal(result["result"])
-            elif status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
-                raise RuntimeError(f"the training's worker reported it {status.value}; press the button again")
-            elif self.shared.exists(keys.alive):
-                begin()
-            elif started or missing_since is not None and time.monotonic() - missing_since > STARTING_S:
-                raise RuntimeError("the worker process running this training stopped (killed, or out of memory?); "
-                                   "press the button again and another worker takes it")
-            else:  # started, and its worker has not yet renewed its key for the first time
-                missing_since = missing_since or time.monotonic()
+    def begin(self) -> None:
+        if not self.started:
+            self.started = True
+            self.on_start()
+
+    def receive(self, wait: bool) -> Report | None:
+        if wait:
+            popped = self.shared.blpop([self.keys.messages], timeout=POLL_S)
+            message = popped and popped[1]
+        else:
+            message = self.shared.lpop(self.keys.messages)
+        if message is None:
+            return None
+        self.begin()
+        return unseal(message)
+
+    def ended(self) -> bool:
+        status = self.job.get_status()
+        if status == JobStatus.QUEUED:
+            position = (self.job.get_position() or 0) + 1
+            self.on_wait(position, self.trainings.wait_s(position - 1))
+            return False
+        if status == JobStatus.FINISHED:  # every push precedes the job's end
+            self.begin()
+            return True
+        if status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
+            raise RuntimeError(f"the training's worker reported it {status.value}; press the button again")
+        if self.shared.exists(self.keys.alive):
+            self.begin()
+        elif self.started or self.missing_since is not None and time.monotonic() - self.missing_since > STARTING_S:
+            raise RuntimeError("the worker process running this training stopped (killed, or out of memory?); "
+                               "press the button again and another worker takes it")
+        else:  # started, and its worker has not yet renewed its key for the first time
+            self.missing_since = self.missing_since or time.monotonic()
+        return False
+
+    def result(self) -> Trained:
+        if "refused" in (returned := self.job.return_value()):
+            raise ValueError(returned["refused"])
+        return unseal(returned["result"])
+
+    def stop(self) -> None:
+        self.shared.set(self.keys.cancel, b"1", ex=KEEP_S)
+        if self.job.get_status() == JobStatus.QUEUED:
+            self.job.cancel()

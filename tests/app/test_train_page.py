@@ -12,6 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from classroom.training import local_queue
+from classroom.training.claim import one_per_session
+from classroom.training.door import TRAININGS
 from mechlib import train
 from tests.app.helpers import open_exports, open_page
 
@@ -204,7 +206,7 @@ def test_a_waiting_training_shows_its_place_and_the_estimated_wait_then_the_time
     holding = threading.Event()
 
     def another_session():  # holds the only slot 2 s: 1 s before its first step, then at step 50 of 100 after 30 s
-        with queue.slot("another session", 100, on_wait=lambda p, _: None) as ticket:
+        with queue.slot(100, on_wait=lambda p, _: None) as ticket:
             holding.set()
             time.sleep(1.0)
             ticket.started = time.monotonic() - 30.0
@@ -242,8 +244,8 @@ def test_a_second_training_from_the_same_session_is_refused_while_its_first_hold
     at = train_page(**{"session id": "this session"}, **TINY)
     inside, release = threading.Event(), threading.Event()
 
-    def first():  # this session's earlier run, still holding its slot
-        with queue.slot("this session", 50, on_wait=lambda p, _: None):
+    def first():  # this session's earlier run, still holding its claim and its slot (as ``LocalTrainings.train``)
+        with one_per_session(TRAININGS.claims, "this session"), queue.slot(50, on_wait=lambda p, _: None):
             inside.set()
             release.wait()
 

@@ -1,6 +1,9 @@
-"""Trainings as RQ jobs on Redis (``classroom.training.rq_jobs``), run by real ``rq worker`` processes: the same model as
-in this process, progress relayed, one training per session, a place in the queue while the workers are busy, a
-stop honoured, a refused setting raised as in-process, and a worker killed mid-training reported within seconds."""
+"""Trainings through the door (``classroom.training.door``), one contract on both backends: this server's queue and
+worker processes (``LocalTrainings``) and RQ jobs on Redis run by real worker processes (``rq_jobs.RedisTrainings``).
+On each, the same model and the same reports as in this process, a refused setting raised, one training per session
+(while it runs or waits), a place in the queue while the workers are busy, and a page that leaves stopping its
+training. Then what only Redis has: a worker killed mid-training reported within seconds, and the seal on
+everything that crosses Redis."""
 
 import base64
 import os
@@ -12,11 +15,14 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import redis
 import torch
 
-from classroom.training.local_queue import SessionBusy
+from classroom.training import local_queue
+from classroom.training.door import LocalTrainings, Trainings
+from classroom.training.errors import SessionBusy
 from classroom.training.rq_jobs import (
     ALIVE_TTL_S,
     KEY_SETTING,
@@ -35,10 +41,11 @@ CFG = ModelConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=20, n_ctx=24, seed=
 DATA = WithRepeats(RandomTokens(20), lengths=(4, 5, 6, 7))
 KWARGS = {"cfg": CFG, "data": DATA, "steps": 40, "seed": 7, "eval_every": 10, "watch": 5}
 LONG = {**KWARGS, "steps": 100_000, "eval_every": 1_000}  # runs until stopped
+THREADS = torch.get_num_threads()  # this process's, as mechlib.device set them
 
 
 class Worker:
-    """One ``training_worker`` process, as ``deploy/class.sh`` starts it, on the test's Redis database."""
+    """One ``rq_worker`` process, as ``deploy/class.sh`` starts it, on the test's Redis database."""
 
     def __init__(self, url: str):
         self.process = subprocess.Popen(
@@ -77,7 +84,25 @@ def jobs(redis_server, monkeypatch):
     shared.flushdb()
 
 
-def calls(trainings: RedisTrainings, owner: str, kwargs: dict, **callbacks):
+@pytest.fixture(params=["local", "redis"])
+def trainings(request, monkeypatch) -> Trainings:
+    """Either backend's trainings, ready to train: this server's (a fresh queue of two slots, its workers started)
+    or Redis's (one worker connected)."""
+    if request.param == "local":
+        monkeypatch.setattr(local_queue, "QUEUE", local_queue.TrainingQueue(limit=2))
+        local = LocalTrainings()
+        local.warm()
+        return local
+    jobs = request.getfixturevalue("jobs")
+    jobs.start_worker()
+    return jobs
+
+
+class Left(Exception):
+    """The student left the page (a closed tab, a rerun)."""
+
+
+def calls(trainings: Trainings, owner: str, kwargs: dict, **callbacks):
     """``trainings.train`` with callbacks that record; any given in ``callbacks`` replace them."""
     seen = {"wait": [], "start": [], "progress": [], "step": []}
     log = {"on_wait": lambda *a: seen["wait"].append(a), "on_start": lambda: seen["start"].append(time.monotonic()),
@@ -86,48 +111,110 @@ def calls(trainings: RedisTrainings, owner: str, kwargs: dict, **callbacks):
     return result, seen
 
 
-def test_a_job_trains_the_model_this_process_would_and_relays_every_report(jobs):
-    jobs.start_worker()
-    (model, history), seen = calls(jobs, "a", KWARGS)
-    here = train.train(**KWARGS)
+def test_a_training_gives_the_model_and_the_reports_this_process_would(trainings):
+    (model, history), seen = calls(trainings, "a", KWARGS)
+    reports = []
+    torch.set_num_threads(1)  # as the workers train: an evaluation's sums on more threads round differently
+    try:
+        here = train.train(**KWARGS, on_progress=reports.append)
+    finally:
+        torch.set_num_threads(THREADS)
     assert all(torch.equal(a, b) for a, b in zip(io.load(model).state_dict().values(), here.model.state_dict().values()))
     assert history == here.history
+
+    def same(p: train.Progress, q: train.Progress) -> bool:  # all but the wall times
+        return ((p.step, p.steps, p.loss, p.metrics, p.watched) == (q.step, q.steps, q.loss, q.metrics, q.watched)
+                and np.array_equal(p.patterns, q.patterns))
+
+    assert len(seen["progress"]) == len(reports) and all(map(same, seen["progress"], reports))
     assert [p.step for p in seen["progress"]] == [10, 20, 30, 40] and seen["step"] == [10, 20, 30, 40]
-    assert len(seen["start"]) == 1 and jobs.running() == 0 and jobs.limit() == 1
+    assert seen["progress"][-1].patterns.shape == (2, 2, 11, 11)
+    assert len(seen["start"]) == 1 and trainings.running() == 0
 
 
-def test_a_refused_setting_is_raised_as_the_in_process_pool_raises_it(jobs):
-    jobs.start_worker()
+def test_a_refused_setting_is_raised_as_the_training_raised_it(trainings):
     with pytest.raises(ValueError, match="steps=0: train for at least one step"):
-        calls(jobs, "a", {**KWARGS, "steps": 0})
+        calls(trainings, "a", {**KWARGS, "steps": 0})
 
 
-def test_one_training_per_session_and_a_place_in_the_queue_while_the_worker_is_busy(jobs):
-    jobs.start_worker()
-    leave = threading.Event()
+def test_one_training_per_session_while_it_runs_or_waits_and_a_place_in_the_queue_while_the_workers_are_busy(
+        trainings):
+    leave, outcomes = threading.Event(), []
 
     def until_left(step: int) -> None:
         if leave.is_set():
-            raise KeyboardInterrupt("the student left")
+            raise Left(f"left at step {step}")
 
-    first = threading.Thread(target=lambda: pytest.raises(KeyboardInterrupt, calls, jobs, "a", LONG, on_step=until_left))
-    first.start()
+    def hold(owner: str) -> None:  # a training that runs until its student leaves
+        try:
+            calls(trainings, owner, LONG, on_step=until_left)
+        except Left:
+            outcomes.append("left")
+
+    holders = [threading.Thread(target=hold, args=(f"holder {i}",)) for i in range(trainings.limit())]
+    for holder in holders:
+        holder.start()
     deadline = time.monotonic() + 30
-    while jobs.running() < 1:
+    while trainings.running() < trainings.limit():
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    with pytest.raises(SessionBusy, match="one training per session"):
-        calls(jobs, "a", KWARGS)
-    waits = []
+    with pytest.raises(SessionBusy, match="one training per session at a time"):  # its training runs
+        calls(trainings, "holder 0", KWARGS)
+    waits, refused = [], []
 
     def waited(position: int, wait_s: float | None) -> None:
         waits.append(position)
-        leave.set()  # the first student leaves once the second is queued behind them
+        if not refused:
+            try:
+                calls(trainings, "b", KWARGS)
+            except SessionBusy:  # its training waits
+                refused.append("b")
+        leave.set()  # the first students leave once the second is queued behind them
 
-    (model, _), seen = calls(jobs, "b", KWARGS, on_wait=waited)
-    first.join(timeout=30)
-    assert waits[0] == 1 and seen["step"][-1] == 40 and io.load(model) is not None
-    assert jobs.running() == 0
+    (model, _), seen = calls(trainings, "b", KWARGS, on_wait=waited)
+    for holder in holders:
+        holder.join(timeout=30)
+    assert waits[0] == 1 and refused == ["b"] and seen["step"][-1] == 40 and io.load(model) is not None
+    assert outcomes == ["left"] * len(holders) and trainings.running() == 0
+    (_, history), _ = calls(trainings, "holder 0", KWARGS)  # finished: the session trains again
+    assert history[-1]["step"] == 40
+
+
+def test_a_page_that_leaves_stops_its_training_and_the_workers_go_on(trainings):
+    def leave(progress: train.Progress) -> None:
+        raise Left
+
+    with pytest.raises(Left):
+        calls(trainings, "a", {**KWARGS, "steps": 100_000}, on_progress=leave)
+    # Then as many trainings as workers, each until all of them train at once: they do only if the stopped one let
+    # its worker go (100,000 steps take minutes). Its session is among them: it may train again.
+    owners = ["a", *(f"other {i}" for i in range(1, trainings.limit()))]
+    training, together, left = set(), threading.Event(), []
+
+    def until_together(owner: str):
+        def stepped(step: int) -> None:
+            training.add(owner)
+            if len(training) == len(owners):
+                together.set()
+            if together.is_set():
+                raise Left
+
+        return stepped
+
+    def session(owner: str) -> None:
+        try:
+            calls(trainings, owner, LONG, on_step=until_together(owner))
+        except Left:
+            left.append(owner)
+
+    sessions = [threading.Thread(target=session, args=(owner,)) for owner in owners]
+    for thread in sessions:
+        thread.start()
+    reached = together.wait(60)
+    together.set()  # either way, they all stop now
+    for thread in sessions:
+        thread.join(timeout=60)
+    assert reached and sorted(left) == sorted(owners)
 
 
 def test_a_worker_killed_mid_training_is_reported_within_seconds(jobs):

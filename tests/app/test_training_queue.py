@@ -1,11 +1,13 @@
-"""The server's training queue: a few trainings at once, one per session, places and waits, time left."""
+"""The server's training queue (``local_queue``): a few trainings at once, places and waits; and the estimates
+(``estimates``): a wait, a training's time left. One training per session is the door's contract on both backends
+(``tests/app/test_training_jobs.py``)."""
 
 import threading
 import time
 
 import pytest
 
-from classroom.training import local_queue
+from classroom.training import estimates, local_queue
 
 
 def test_queue_limits_concurrency_and_reports_positions():
@@ -14,7 +16,7 @@ def test_queue_limits_concurrency_and_reports_positions():
     first_in = threading.Event()
 
     def job(name: str, hold: float):
-        with queue.slot(name, 10, on_wait=lambda p, _: positions.setdefault(name, []).append(p), poll_s=0.01):
+        with queue.slot(10, on_wait=lambda p, _: positions.setdefault(name, []).append(p), poll_s=0.01):
             order.append(name)
             running.append(queue.running)  # checked below: an assert in a thread would only warn
             first_in.set()
@@ -39,7 +41,7 @@ def test_leaving_the_queue_gives_up_the_place():
     release = threading.Event()
 
     def holder():
-        with queue.slot("holder", 10, on_wait=lambda p, _: None, poll_s=0.01):
+        with queue.slot(10, on_wait=lambda p, _: None, poll_s=0.01):
             release.wait()
 
     t = threading.Thread(target=holder)
@@ -50,7 +52,7 @@ def test_leaving_the_queue_gives_up_the_place():
         raise KeyboardInterrupt  # the user closed the tab while waiting
 
     with pytest.raises(KeyboardInterrupt):
-        with queue.slot("leaver", 10, on_wait=leave, poll_s=0.01):
+        with queue.slot(10, on_wait=leave, poll_s=0.01):
             pass
     assert queue._gate.waiting == []
     release.set()
@@ -59,19 +61,19 @@ def test_leaving_the_queue_gives_up_the_place():
 
 
 def test_seconds_left_is_the_steps_to_go_at_the_measured_rate():
-    assert local_queue.seconds_left(50, 200, 10.0) == pytest.approx(30.0)  # 5 steps/s, 150 steps to go
-    assert local_queue.seconds_left(200, 200, 10.0) == 0.0
+    assert estimates.seconds_left(50, 200, 10.0) == pytest.approx(30.0)  # 5 steps/s, 150 steps to go
+    assert estimates.seconds_left(200, 200, 10.0) == 0.0
 
 
 def test_a_training_that_usually_stops_early_expects_its_usual_stop_not_its_bound():
     """The preset at 14 steps/s: step 70 of at most 3,000, usually stopping at 200 — about 9 s left, not the bound's
     209 s; past its usual stop (or with none) no expectation, only the bound."""
-    assert local_queue.expected_seconds_left(70, 3000, 5.0, 200) == pytest.approx(130 / 14)
-    assert local_queue.seconds_left(70, 3000, 5.0) == pytest.approx(2930 / 14)
-    assert local_queue.expected_seconds_left(70, 100, 5.0, 200) == pytest.approx(30 / 14)   # fewer steps set than usual
-    assert local_queue.expected_seconds_left(200, 3000, 5.0, 200) == 0.0
-    assert local_queue.expected_seconds_left(250, 3000, 5.0, 200) is None
-    assert local_queue.expected_seconds_left(70, 3000, 5.0, None) is None
+    assert estimates.expected_seconds_left(70, 3000, 5.0, 200) == pytest.approx(130 / 14)
+    assert estimates.seconds_left(70, 3000, 5.0) == pytest.approx(2930 / 14)
+    assert estimates.expected_seconds_left(70, 100, 5.0, 200) == pytest.approx(30 / 14)   # fewer steps set than usual
+    assert estimates.expected_seconds_left(200, 3000, 5.0, 200) == 0.0
+    assert estimates.expected_seconds_left(250, 3000, 5.0, 200) is None
+    assert estimates.expected_seconds_left(70, 3000, 5.0, None) is None
 
 
 @pytest.mark.parametrize("remaining, ahead, expected", [
@@ -84,15 +86,15 @@ def test_a_training_that_usually_stops_early_expects_its_usual_stop_not_its_boun
     ([], 2, 60.0),               # two idle slots taken by the two ahead for 60 s each
 ])
 def test_seconds_until_a_slot_frees_known_answers(remaining, ahead, expected):
-    assert local_queue.seconds_until_slot(remaining, ahead, duration_s=60.0, limit=2) == pytest.approx(expected)
+    assert estimates.seconds_until_slot(remaining, ahead, duration_s=60.0, limit=2) == pytest.approx(expected)
 
 
-def hold(queue: local_queue.TrainingQueue, owner: str, steps: int = 100) -> tuple[threading.Event, threading.Thread, list]:
-    """A training of ``owner`` holding a slot of ``queue`` until the returned event is set; its ticket in the list."""
+def hold(queue: local_queue.TrainingQueue, steps: int = 100) -> tuple[threading.Event, threading.Thread, list]:
+    """A training holding a slot of ``queue`` until the returned event is set; its ticket in the list."""
     release, tickets = threading.Event(), []
 
     def holder():
-        with queue.slot(owner, steps, on_wait=lambda p, _: None, poll_s=0.01) as ticket:
+        with queue.slot(steps, on_wait=lambda p, _: None, poll_s=0.01) as ticket:
             tickets.append(ticket)
             release.wait()
 
@@ -107,8 +109,8 @@ class Left(Exception):
     """The user left the page while waiting."""
 
 
-def ask(queue: local_queue.TrainingQueue, owner: str) -> tuple[str, tuple[int, float | None] | None]:
-    """``owner`` asks for a slot and leaves at its first wait: ("runs" | "waits" | "refused", (position, wait_s))."""
+def ask(queue: local_queue.TrainingQueue) -> tuple[str, tuple[int, float | None] | None]:
+    """A training asks for a slot and leaves at its first wait: ("runs" | "waits", (position, wait_s))."""
     seen = []
 
     def leave(position, wait_s):
@@ -116,59 +118,33 @@ def ask(queue: local_queue.TrainingQueue, owner: str) -> tuple[str, tuple[int, f
         raise Left
 
     try:
-        with queue.slot(owner, 10, on_wait=leave):
+        with queue.slot(10, on_wait=leave):
             return "runs", None
     except Left:
         return "waits", seen[0]
-    except local_queue.SessionBusy:
-        return "refused", None
 
 
 def test_the_wait_is_estimated_from_the_running_trainings_rate_and_the_finished_trainings_times():
     queue = local_queue.TrainingQueue(limit=1)
-    release, thread, (running,) = hold(queue, "a", steps=100)
-    assert ask(queue, "b") == ("waits", (1, None))  # nothing measured yet: no estimate rather than a made-up one
+    release, thread, (running,) = hold(queue, steps=100)
+    assert ask(queue) == ("waits", (1, None))  # nothing measured yet: no estimate rather than a made-up one
     running.started, running.step = time.monotonic() - 10.0, 25  # 25 of 100 steps in 10 s: 30 s to go
-    kind, (position, wait_s) = ask(queue, "b")
+    kind, (position, wait_s) = ask(queue)
     assert position == 1 and wait_s == pytest.approx(30.0, abs=0.5)
     running.step = 0  # before its first step, the running one counts as a typical finished training (the median)
     queue._durations.extend([40.0, 12.0, 50.0])  # median 40 s, of which 10 s have passed
-    assert ask(queue, "b")[1][1] == pytest.approx(30.0, abs=0.5)
+    assert ask(queue)[1][1] == pytest.approx(30.0, abs=0.5)
     release.set()
     thread.join()
 
 
 def test_a_finished_training_adds_its_wall_time_and_a_failed_one_does_not():
     queue = local_queue.TrainingQueue(limit=1)
-    with queue.slot("a", 10, on_wait=lambda p, _: None):
+    with queue.slot(10, on_wait=lambda p, _: None):
         time.sleep(0.2)
     with pytest.raises(ValueError):
-        with queue.slot("a", 10, on_wait=lambda p, _: None):
+        with queue.slot(10, on_wait=lambda p, _: None):
             raise ValueError("a refused size")
     (measured,) = queue._durations
     assert 0.2 <= measured < 1.0
 
-
-def test_one_training_per_session_at_a_time():
-    queue = local_queue.TrainingQueue(limit=1)
-    release, thread, _ = hold(queue, "me")
-    assert ask(queue, "me")[0] == "refused"  # its training runs
-    queued = threading.Event()
-
-    def wait_then_train():
-        with queue.slot("you", 10, on_wait=lambda p, _: queued.set(), poll_s=0.01):
-            pass
-
-    other = threading.Thread(target=wait_then_train)
-    other.start()
-    queued.wait(5)
-    assert ask(queue, "you")[0] == "refused"  # its training waits
-    assert ask(queue, "them")[0] == "waits"   # another session queues behind
-    with pytest.raises(local_queue.SessionBusy, match="one training per session at a time"):
-        with queue.slot("me", 10, on_wait=lambda p, _: None):
-            pass
-    release.set()
-    thread.join()
-    other.join()
-    assert ask(queue, "me")[0] == ask(queue, "you")[0] == "runs"  # finished: each may train again
-    assert queue.running == 0 and queue._gate.waiting == []

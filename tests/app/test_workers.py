@@ -1,14 +1,14 @@
-"""Trainings in worker processes: the same model as in-process, progress relayed, a stop honoured, errors raised."""
+"""This server's worker processes (``local_workers``): a training follows the threads it is given, the workers yield
+to the pages and never run the server's script, and they die with their server. What every backend promises (the
+same model and reports, errors raised, a stop honoured) is ``tests/app/test_training_jobs.py``'s contract."""
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 import torch
 
-from classroom.training import local_queue, local_workers
+from classroom.training import body, local_queue, local_workers
 from mechlib import io, train
 from mechlib.config import ModelConfig
 from mechlib.data import RandomTokens, WithRepeats
@@ -24,16 +24,6 @@ THREADS = torch.get_num_threads()  # this process's, as mechlib.device set them
 def one() -> int:
     """Threads for a training: one, as beside a class."""
     return 1
-
-
-def test_a_worker_trains_the_model_a_thread_would_and_relays_every_report():
-    reports, steps = [], []
-    model, history = local_workers.run(train.train, KWARGS, on_progress=reports.append, on_step=steps.append, threads=one)
-    here = train.train(**KWARGS)
-    loaded = io.load(model)
-    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), here.model.state_dict().values()))
-    assert history == here.history and [p.step for p in reports] == [10, 20, 30, 40] and steps == [10, 20, 30, 40]
-    assert reports[-1].patterns.shape == (2, 2, 11, 11)
 
 
 def train_noting_threads(on_progress, on_step, **kwargs) -> train.TrainResult:
@@ -73,25 +63,7 @@ def test_a_training_follows_the_threads_it_is_given_and_its_weights_do_not_depen
 
 def test_workers_train_below_the_pages_priority():
     pool, _ = local_workers._pool()  # the pool itself: a training's own code cannot tell its niceness back
-    assert pool.submit(os.nice, 0).result() == min(19, os.nice(0) + local_workers.WORKER_NICE)
-
-
-def test_a_caller_that_stops_stops_the_worker_and_the_pool_goes_on():
-    class Left(Exception):
-        pass
-
-    def leave(progress):
-        raise Left
-
-    start = time.monotonic()
-    with pytest.raises(Left):
-        local_workers.run(train.train, {**KWARGS, "steps": 100_000}, on_progress=leave, on_step=lambda step: None,
-                    threads=one)
-    with ThreadPoolExecutor(local_queue.QUEUE.limit) as callers:  # as many trainings as workers: each needs one free
-        runs = [callers.submit(local_workers.run, train.train, KWARGS, lambda p: None, lambda step: None, one)
-                for _ in range(local_queue.QUEUE.limit)]
-        assert [run.result()[1][-1]["step"] for run in runs] == [40] * local_queue.QUEUE.limit
-    assert time.monotonic() - start < 60  # 100,000 steps take minutes: the stopped training let its worker go
+    assert pool.submit(os.nice, 0).result() == min(19, os.nice(0) + body.WORKER_NICE)
 
 
 def test_new_workers_do_not_run_the_servers_script_again(tmp_path, monkeypatch):
@@ -116,12 +88,6 @@ def test_new_workers_do_not_run_the_servers_script_again(tmp_path, monkeypatch):
         assert not mark.exists()                             # neither the manager nor a worker ran the script
     finally:
         local_workers._forget(local_workers._shared["pool"])
-
-
-def test_errors_in_the_worker_reach_the_caller():
-    with pytest.raises(ValueError, match="steps=0: train for at least one step"):
-        local_workers.run(train.train, {**KWARGS, "steps": 0}, on_progress=lambda p: None, on_step=lambda step: None,
-                    threads=one)
 
 
 SERVER = """

@@ -8,28 +8,15 @@ from pathlib import Path
 import streamlit as st
 
 import mechlib
-from classroom import activity, models_folder, pages
+from classroom import keys, activity, models_folder, pages
 from classroom.admission import BudgetError, budget_mb, require_budget
-from classroom.live import live
-from classroom.page import slides
+from classroom.live import follow, join_card, membership, panel
+from classroom.page import run, slides
+from classroom.model_choice import ModelChoice
 from classroom.page.text import literal, quoted
-from classroom.page.widgets import (
-    clean_url_ints,
-    clean_url_text,
-    copy_link,
-    select_slider,
-    slider,
-    url_notes,
-)
+from classroom.page.widgets import clean_url_ints, clean_url_text, copy_link, select_slider, slider, url_notes
 from classroom.server import collect_garbage, freeze_libraries, warm_up
-from classroom.session import (
-    PROMPT_CHARS,
-    add_session_model,
-    current_model,
-    list_session_model,
-    session_id,
-    teacher,
-)
+from classroom.session import PROMPT_CHARS, add_session_model, current_model, list_session_model, session_id, teacher
 from classroom.state import backend
 from classroom.state.store import ID_CHARS, STORE, TEACHER, StoreError, admit, short_id
 from mechlib import zoo
@@ -60,17 +47,17 @@ def random_model_sizes() -> None:
     try:
         cfg = ModelConfig(n_layers=layers, d_model=d_model, n_heads=heads, d_vocab=int(d_vocab), n_ctx=int(n_ctx),
                           d_mlp=4 * d_model if mlp else None, normalization="LN" if ln else None,
-                          seed=st.session_state["seed"])
+                          seed=st.session_state[keys.SEED])
         require_budget(cfg.estimate_mb(batch=1), f"a model of {cfg.n_params():,} parameters")
     except (ValueError, BudgetError) as error:
-        if (st.session_state.get("model_choice") or ("",))[0] == "random":
+        if getattr(st.session_state.get(keys.MODEL_CHOICE), "kind", None) == "random":
             st.error(f"{error}. The previous model stays selected.")
             return
-        st.session_state["url_notes"] = [f"The random model's sizes are refused: {error}. The default model is "
+        st.session_state[keys.URL_NOTES] = [f"The random model's sizes are refused: {error}. The default model is "
                                          "shown instead."]  # no random model to keep: a link's sizes, say
-        st.session_state["select_model"] = DEFAULT_MODEL
+        st.session_state[keys.SELECT_MODEL] = DEFAULT_MODEL
         st.rerun()
-    st.session_state["model_choice"] = ("random", cfg.to_json())
+    st.session_state[keys.MODEL_CHOICE] = ModelChoice("random", cfg.to_json())
 
 
 def upload_checkpoint() -> None:
@@ -80,7 +67,7 @@ def upload_checkpoint() -> None:
     if upload is None:
         return
     data = upload.getvalue()
-    refused = st.session_state.setdefault("refused uploads", {})  # digest -> why: a file left in the uploader
+    refused = st.session_state.setdefault(keys.REFUSED_UPLOADS, {})  # digest -> why: a file left in the uploader
     digest = hashlib.sha256(data).hexdigest()                     # is not validated again on every rerun
     if digest not in refused:
         try:
@@ -94,7 +81,7 @@ def upload_checkpoint() -> None:
     if digest in refused:
         st.error(f"{quoted(upload.name)}: {refused[digest]}. The previous model stays selected.")
         return
-    if short_id(data) not in st.session_state["session_models"].values():
+    if short_id(data) not in st.session_state[keys.SESSION_MODELS].values():
         add_session_model("uploaded", upload.name, data)
         st.rerun()
 
@@ -105,10 +92,10 @@ def folder_model(entry: models_folder.Entry) -> None:
     try:
         models_folder.admit(entry)
     except (models_folder.FolderError, BudgetError) as error:
-        st.session_state["url_notes"] = [f"{literal(str(error))}. The default model is shown instead."]
-        st.session_state["select_model"] = DEFAULT_MODEL
+        st.session_state[keys.URL_NOTES] = [f"{literal(str(error))}. The default model is shown instead."]
+        st.session_state[keys.SELECT_MODEL] = DEFAULT_MODEL
         st.rerun()
-    st.session_state["model_choice"] = ("folder", entry.name)
+    st.session_state[keys.MODEL_CHOICE] = ModelChoice("folder", entry.name)
     st.caption(f"{entry.kind} model from the class's models folder, {entry.n_bytes / 1e6:,.1f} MB on disk")
 
 
@@ -129,13 +116,11 @@ def folder_listing(listed: list[models_folder.Entry]) -> None:
 
 
 def describe_choice() -> str:
-    choice = st.session_state.get("model_choice")
+    choice = st.session_state.get(keys.MODEL_CHOICE)
     if choice is None:
         return "no model chosen yet"
-    model = None if choice[0] == "random" else current_model()[1]
-    cfg = ModelConfig.from_json(choice[1]) if choice[0] == "random" else model.cfg
-    where = {"zoo": "trained here, shipped with the app", "random": "random weights", "session": literal(choice[1]),
-             "folder": f"{literal(choice[1])} from the models folder"}[choice[0]]
+    cfg = choice.config() if choice.kind == "random" else current_model()[1].cfg
+    where = choice.where(literal(choice.name if choice.kind == "folder" else st.session_state[keys.MODEL]))
     mlp = f", MLP {cfg.d_mlp}" if cfg.d_mlp else ", attention-only"
     return (f"**{cfg.n_layers} layers × {cfg.n_heads} heads**, d_model {cfg.d_model}, d_head {cfg.d_head}{mlp}, "
             f"vocab {cfg.d_vocab:,}, context {cfg.n_ctx} — {where}; {cfg.n_params():,} parameters, "
@@ -152,12 +137,12 @@ def read_linked_model(asked: str, options: list[str], label: Callable[[str], str
         try:
             st.query_params["model"] = list_session_model(STORE.label(linked["id"]), linked["id"])
         except StoreError as error:
-            st.session_state["url_notes"] = [f"The link's model: {error}. The default model is shown instead."]
+            st.session_state[keys.URL_NOTES] = [f"The link's model: {error}. The default model is shown instead."]
             del st.query_params["model"]
     else:
         del st.query_params["model"]
         zoo_name = asked.removeprefix("zoo: ")
-        st.session_state["url_notes"] = [
+        st.session_state[keys.URL_NOTES] = [
             f"The link's model “{quoted(asked)}” is the zoo's LSTM: the sidebar's pages study transformers, and the "
             "LSTM page uses it on its own. The default model is shown instead."
             if zoo_name in zoo.RECIPES and not isinstance(zoo.RECIPES[zoo_name].cfg, ModelConfig) else
@@ -170,23 +155,23 @@ def read_linked_model(asked: str, options: list[str], label: Callable[[str], str
 
 
 def teachers_model() -> None:
-    """A follower's model set to the label of the teacher's trained or uploaded model (``live._move`` sets the
+    """A follower's model set to the label of the teacher's trained or uploaded model (``follow._move`` sets the
     model's setting to the teacher's value): opened from the server's store, as a link's would be; one that cannot
     be opened is said, and the default model shown."""
-    held = st.session_state.get("model")
-    if not (isinstance(held, str) and (linked := LINKED.match(held))) or held in st.session_state["session_models"]:
+    held = st.session_state.get(keys.MODEL)
+    if not (isinstance(held, str) and (linked := LINKED.match(held))) or held in st.session_state[keys.SESSION_MODELS]:
         return
     try:
         list_session_model(STORE.label(linked["id"]), linked["id"])
     except StoreError as error:
-        st.session_state["url_notes"] = [f"The teacher's model “{quoted(held)}” cannot be opened here: {error}. The "
+        st.session_state[keys.URL_NOTES] = [f"The teacher's model “{quoted(held)}” cannot be opened here: {error}. The "
                                          "default model is shown instead, so your screen differs from the teacher's."]
 
 
 def model_picker() -> None:
     """Zoo models, a random model from sizes, and this session's trained or uploaded models."""
     shipped = [name for name in zoo.names() if zoo.path(name).exists() and isinstance(zoo.RECIPES[name].cfg, ModelConfig)]
-    session = st.session_state.setdefault("session_models", {})
+    session = st.session_state.setdefault(keys.SESSION_MODELS, {})
     teachers_model()
     folder = {entry.label: entry for entry in models_folder.entries()}
     options = shipped + ["random"] + list(folder) + list(session)
@@ -199,18 +184,18 @@ def model_picker() -> None:
     if asked is not None and asked not in map(label, options):
         read_linked_model(asked, options, label)
 
-    if "select_model" in st.session_state:
-        st.session_state["model"] = st.session_state.pop("select_model")
-    if (held := st.session_state.get("model")) not in options:  # a label (the teacher's, for a follower), or gone
-        st.session_state["model"] = {label(option): option for option in options}.get(held, default)
+    if keys.SELECT_MODEL in st.session_state:
+        st.session_state[keys.MODEL] = st.session_state.pop(keys.SELECT_MODEL)
+    if (held := st.session_state.get(keys.MODEL)) not in options:  # a label (the teacher's, for a follower), or gone
+        st.session_state[keys.MODEL] = {label(option): option for option in options}.get(held, default)
         gone = held is not None and held not in map(label, options)
-        if gone and live.following() and "url_notes" not in st.session_state:
-            st.session_state["url_notes"] = [f"The teacher's model “{quoted(str(held))}” is not on this server, so "
+        if gone and membership.following() and keys.URL_NOTES not in st.session_state:
+            st.session_state[keys.URL_NOTES] = [f"The teacher's model “{quoted(str(held))}” is not on this server, so "
                                              "the default model is shown instead and your screen differs from the "
                                              "teacher's."]
-    picked = st.selectbox("model", options, options.index(default), key="model", bind="query-params", format_func=label)
+    picked = st.selectbox("model", options, options.index(default), key=keys.MODEL, bind="query-params", format_func=label)
     if picked in shipped:
-        st.session_state["model_choice"] = ("zoo", picked)
+        st.session_state[keys.MODEL_CHOICE] = ModelChoice("zoo", picked)
         st.caption(zoo.RECIPES[picked].description)
     elif picked == "random":
         with st.expander("sizes", expanded=False):
@@ -218,7 +203,7 @@ def model_picker() -> None:
     elif picked in folder:
         folder_model(folder[picked])
     else:
-        st.session_state["model_choice"] = ("session", picked)
+        st.session_state[keys.MODEL_CHOICE] = ModelChoice("stored", session[picked])
         if teacher() and (linked := LINKED.match(picked)):
             pin_toggle(linked["id"])
     if folder:
@@ -231,10 +216,10 @@ def pin_toggle(key: str) -> None:
     """The teacher's pin for the stored model ``key``: kept on the server while it runs, whatever the class
     trains or uploads, so the lesson's links to it never expire."""
     def flip() -> None:
-        STORE.pin(key, TEACHER) if st.session_state[f"pin {key}"] else STORE.unpin(key)
+        STORE.pin(key, TEACHER) if st.session_state[keys.pin(key)] else STORE.unpin(key)
 
-    st.session_state[f"pin {key}"] = STORE.pinned(key)
-    st.toggle("Pin for the class", key=f"pin {key}", on_change=flip, help="Keep this model on the server while it "
+    st.session_state[keys.pin(key)] = STORE.pinned(key)
+    st.toggle("Pin for the class", key=keys.pin(key), on_change=flip, help="Keep this model on the server while it "
               "runs, whatever students train or upload: links to it never expire. Offered to a browser on the "
               "server's own machine, the teacher's.")
 
@@ -243,12 +228,12 @@ def sidebar() -> None:
     clean_url_ints(URL_INTS)
     clean_url_text("prompt", PROMPT_CHARS)
     st.badge(device_label(), icon=":material/memory:", color="green" if mechlib.device.DEVICE.type == "cuda" else "gray")
-    st.number_input("seed", *URL_INTS["seed"], 0, key="seed", bind="query-params",
+    st.number_input("seed", *URL_INTS["seed"], 0, key=keys.SEED, bind="query-params",
                     help="Every random weight and token on every page is drawn from this seed.")
     model_picker()
     st.caption(describe_choice())
     st.caption(f"Requests above {budget_mb():,.0f} MB are refused with an estimate. mechlib {mechlib.__version__}")
-    live.panel()
+    panel.panel()
 
 
 try:
@@ -262,18 +247,19 @@ groups: dict[str, list[st.Page]] = {}
 for page in pages.PAGES:
     groups.setdefault(page.group, []).append(PAGE_FILES[page.file])
 navigation = st.navigation(groups)
-live.join_from_link(navigation.url_path)
+run.begin()  # this run's state: the top row's places, the parts drawn, what the page computed
+follow.join_from_link(navigation.url_path)
 with st.sidebar:
     sidebar()
-slides.chrome(next(page for page in PAGE_FILES if PAGE_FILES[page] is navigation), live.showing_join())
+slides.chrome(next(page for page in PAGE_FILES if PAGE_FILES[page] is navigation), join_card.showing_join())
 url_notes()
-live.join_banner()
+join_card.join_banner()
 activity.run_started(session_id())
 try:
     navigation.run()
 finally:  # after the page's widgets, so the URL holds every setting the page drew (a page may stop early)
     slides.finish()
     copy_link(slides.link_place())
-    live.publish(navigation.url_path)
+    follow.publish(navigation.url_path)
     collect_garbage()
     activity.run_ended(session_id())

@@ -3,6 +3,7 @@
 import pandas as pd
 import streamlit as st
 
+from classroom import keys
 from classroom.experiments import compute
 from classroom.page.layout import beside, figure, prose, show, table
 from classroom.page.part import record
@@ -18,7 +19,7 @@ PATH_TOKENS = 8  # random ids the path expansion reads when a model has no token
 st.title("Circuits: one layer")
 prose("One layer of attention heads adds skip-trigrams: a destination token attends to an earlier source token "
       "(QK) and raises the logits of what the source says (OV). This page reads both circuits from the weights.")
-seed = st.session_state["seed"]
+seed = st.session_state[keys.SEED]
 
 key, model, name = part_model("attn-only-1l", lambda m: m.cfg.n_layers >= 1 and m.cfg.d_vocab > 2,
                               "it needs at least one layer, and a token besides <bos> and <unk>")
@@ -57,10 +58,8 @@ def qk_and_ov() -> None:
             ("ov", f"OV circuit of {head_name}: W_E W_OV W_U", "output token (logit raised)",
              "source token (attended to)", "logit")]):
         with col:
-            figure(figures.token_heatmap(getattr(o, field), o.labels, o.labels, title, x, y, value),
-                   f"{field} circuit of {head_name}",
-                   f"fig = figures.token_heatmap(result.{field}, result.labels, result.labels, {title!r}, {x!r}, "
-                   f"{y!r}, {value!r})")
+            figure(f"{field} circuit of {head_name}", figures.token_heatmap, getattr(o, field), o.labels, o.labels,
+                   title, x, y, value)
 
 
 def trigrams() -> None:
@@ -86,8 +85,7 @@ def copying() -> None:
         return
     left, right = beside([3, 2])
     with left:
-        figure(figures.eigenvalues_plot(o.eigenvalues), "OV eigenvalues",
-               "fig = figures.eigenvalues_plot(result.eigenvalues)")
+        figure("OV eigenvalues", figures.eigenvalues_plot, o.eigenvalues)
     with right:
         table(pd.DataFrame({"head": list(o.eigenvalues), "copying score Σλ / Σ|λ|": o.copying.round(3)}),
               "copying scores")

@@ -4,8 +4,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom import keys
 from classroom.experiments import compute
 from classroom.page.attention_text import attention_text
+from classroom.page.part import derived
 from classroom.page.layout import figure, prose, show, table
 from classroom.page.questions import predict
 from classroom.page.widgets import select_slider
@@ -17,7 +19,7 @@ JUMP_RANGES = 5  # the question's options: the checkpoints cut into this many ra
 st.title("Circuits: the phase change")
 prose("The zoo's two-layer model was saved during its training. This page scores every checkpoint: the "
       "induction heads form suddenly, and in the same steps the context starts to help the loss.")
-seed = st.session_state["seed"]
+seed = st.session_state[keys.SEED]
 
 steps = zoo.snapshot_steps(PHASE_MODEL)
 
@@ -35,9 +37,8 @@ def training() -> None:
                    f"{after:,} is the first past the jump; no other pair of consecutive checkpoints rises by more "
                    f"than {np.delete(rises, i).max(initial=0.0):.2f}."):
         return
-    marked = st.session_state.get("c_step", steps[-1])  # the next part's slider
-    figure(figures.training_curves(zoo.history(PHASE_MODEL), marked), "training curves",
-           f"fig = figures.training_curves(zoo.history({PHASE_MODEL!r}), {marked!r})", using=zoo.history)
+    marked = st.session_state.get(keys.PHASE_STEP, steps[-1])  # the next part's slider
+    figure("training curves", figures.training_curves, derived(zoo.history, PHASE_MODEL), marked)
     st.markdown(f"No checkpoint has an induction head (best score ≥ {checks.INDUCTION_MIN})." if every.formed_at is None
                 else f"An induction head (best score ≥ {checks.INDUCTION_MIN}) first appears at step "
                      f"**{every.formed_at:,}**.")
@@ -47,7 +48,7 @@ def training() -> None:
 
 
 def at_step() -> None:
-    step = select_slider("training step", steps, steps[-1], key="c_step")
+    step = select_slider("training step", steps, steps[-1], key=keys.PHASE_STEP)
     every, snap = compute(induction.phase_change, PHASE_MODEL), compute(induction.snapshot_at, PHASE_MODEL, step, seed)
     (prev_head, prev_score), (ind_head, ind_score) = snap.best_previous, snap.best_induction
     st.markdown(f"At step {step:,}: best previous-token score **{prev_score:.2f}** ({prev_head}), best induction "
@@ -56,8 +57,7 @@ def at_step() -> None:
     prose("The in-context-learning score is the loss at the last position minus the loss a tenth of the way in, on "
           "repeated sequences: negative when the context helps.")
     title = f"Every head at step {step:,}"
-    figure(figures.patterns_grid(snap.patterns, title), "patterns at this step",
-           f"fig = figures.patterns_grid(result.patterns, {title!r})", using=induction.snapshot_at)
+    figure("patterns at this step", figures.patterns_grid, snap.patterns, title)
     attention_text("The same patterns on the sequence's tokens: point at (or tap) a token of the second copy.",
                    snap.patterns, data.token_labels(zoo.load(PHASE_MODEL).tokenizer, snap.example), ind_head,
                    len(snap.example) - 1, key="hover step")

@@ -1,15 +1,15 @@
 """Circuits, two layers (Elhage et al. 2021; Olsson et al. 2022): composition, virtual heads, induction heads, the
 ablation that proves the circuit, and activation patching that finds it from the other side."""
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom import keys
 from classroom.admission import budget_mb
 from classroom.experiments import compute
 from classroom.page.attention_text import attention_text
 from classroom.page.layout import beside, figure, prose, show, source, table
-from classroom.page.part import record
+from classroom.page.part import derived, record
 from classroom.page.questions import exercise, predict
 from classroom.page.text import verdict
 from classroom.session import part_model
@@ -21,7 +21,7 @@ st.title("Circuits: two layers")
 prose("With two layers, a later head can read what an earlier one wrote: heads compose. This page measures "
       "composition from the weights and finds the induction circuit, a previous-token head and the head whose "
       "keys read it.")
-seed = st.session_state["seed"]
+seed = st.session_state[keys.SEED]
 
 key, model, name = part_model(
     "attn-only-2l", lambda m: m.cfg.n_layers >= 2 and circuits.composition_mb(m) <= budget_mb()
@@ -37,10 +37,8 @@ def composition() -> None:
     wide = len(comp.readers) > figures.HEAD_TICKS  # GPT-2 small's 132 × 132 pairs: one heatmap per row
     for col, mode in zip([st.container()] * 3 if wide else beside(3), "QKV"):
         with col:
-            figure(figures.composition_heatmap(comp.scores[mode], comp.writers, comp.readers, comp.random, mode),
-                   f"{mode}-composition",
-                   f"comp = result.composition\nfig = figures.composition_heatmap(comp.scores[{mode!r}], "
-                   f"comp.writers, comp.readers, comp.random, {mode!r})")
+            figure(f"{mode}-composition", figures.composition_heatmap, comp.scores[mode], comp.writers, comp.readers,
+                   comp.random, mode)
     st.markdown(f"Random heads compose at about 1/√d_model = **{comp.random:.3f}** (random factors of these sizes: "
                 f"**{comp.chance.mean:.3f}** ± {comp.chance.sd:.3f}). Strongest: "
                 + "; ".join(f"{w} → {r} by {m}: **{s:.2f}**" for m, w, r, s in comp.strongest) + ".")
@@ -65,8 +63,7 @@ def virtual_heads() -> None:
 def heads() -> None:
     t = compute(induction.two_layers, model, seed, key=key)
     title = "Every head on a repeated random sequence: induction heads attend one token after each earlier copy"
-    figure(figures.patterns_grid(t.patterns, title), "patterns on a repeated sequence",
-           f"fig = figures.patterns_grid(result.patterns, {title!r})")
+    figure("patterns on a repeated sequence", figures.patterns_grid, t.patterns, title)
     attention_text("The same patterns on the sequence's tokens: point at (or tap) a token of the second copy. A "
                    "previous-token head shades the token just before it; an induction head the token after its "
                    "earlier copy.", t.patterns, data.token_labels(model.tokenizer, t.example), None, len(t.example) - 1,
@@ -163,28 +160,20 @@ def activation_patching() -> None:
     layers, columns = [f"layer {layer}" for layer in range(L)], [f"H{h}" for h in range(H)]
     rows = [f"L{layer} {part}" for layer in range(L) for part in ("queries", "keys", "values")]
     titles = ("A head's output, corrupted", "A head's queries, keys or values, corrupted")
-    outputs = figures.patching_heatmap(p.heads, layers, columns, titles[0], "head", "layer")
-    read = figures.patching_heatmap(np.stack([p.inputs[part][layer] for layer in range(L) for part in "qkv"]), rows,
-                                    columns, titles[1], "head", "what is corrupted")
-    for col, fig, called, code in zip(beside(2), (outputs, read), ("patching head outputs", "patching q, k, v"), (
-            f"fig = figures.patching_heatmap(result.heads, {layers!r}, {columns!r}, {titles[0]!r}, 'head', 'layer')",
-            f"import numpy as np\nfig = figures.patching_heatmap(np.stack([result.inputs[part][layer] for layer in "
-            f"range({L}) for part in 'qkv']), {rows!r}, {columns!r}, {titles[1]!r}, 'head', 'what is corrupted')")):
-        with col:
-            figure(fig, called, code)
-    paths = p.k_paths.reshape(L * H, L * H)[: (L - 1) * H, H:]
+    left, right = beside(2)
+    with left:
+        figure("patching head outputs", figures.patching_heatmap, p.heads, layers, columns, titles[0], "head", "layer")
+    with right:
+        figure("patching q, k, v", figures.patching_heatmap, derived(patching.inputs_by_row, p), rows, columns,
+               titles[1], "head", "what is corrupted")
     title = "Path patching: an earlier head's output corrupted on its way into a later head's keys only"
-    figure(figures.patching_heatmap(paths, labels[: (L - 1) * H], labels[H:], title, "later head (its keys)",
-                                    "earlier head"), "path patching into keys",
-           f"fig = figures.patching_heatmap(result.k_paths.reshape({L * H}, {L * H})[:{(L - 1) * H}, {H}:], "
-           f"{labels[: (L - 1) * H]!r}, {labels[H:]!r}, {title!r}, 'later head (its keys)', 'earlier head')")
+    figure("path patching into keys", figures.patching_heatmap, derived(patching.key_paths_grid, p),
+           labels[: (L - 1) * H], labels[H:], title, "later head (its keys)", "earlier head")
     positions = list(range(2 * p.length + 1))
     streams = [f"into layer {layer}" for layer in range(L)]
     axis = f"position (0: <bos>; 1–{p.length}: the first copy)"
-    figure(figures.patching_heatmap(p.resid, streams, positions, "The residual stream, corrupted at one position",
-                                    axis, "residual stream"), "patching the residual stream",
-           f"fig = figures.patching_heatmap(result.resid, {streams!r}, {positions!r}, "
-           f"'The residual stream, corrupted at one position', {axis!r}, 'residual stream')")
+    figure("patching the residual stream", figures.patching_heatmap, p.resid, streams, positions,
+           "The residual stream, corrupted at one position", axis, "residual stream")
 
 
 show([("Two layers: how heads compose", composition),

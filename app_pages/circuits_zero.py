@@ -3,6 +3,7 @@
 import pandas as pd
 import streamlit as st
 
+from classroom import keys
 from classroom.admission import budget_mb
 from classroom.experiments import compute
 from classroom.page.layout import beside, figure, metric, prose, show, table
@@ -17,7 +18,7 @@ st.title("Circuits: zero layers")
 prose("A model with no layers can only read the current token: its logits are W_E W_U + b_U, a table of which "
       "token comes next. This page reads that table straight from the weights and sets it beside the corpus's "
       "own.")
-seed = st.session_state["seed"]
+seed = st.session_state[keys.SEED]
 
 key, model, name = part_model("attn-only-0l", lambda m: m.cfg.n_layers == 0 and m.tokenizer is not None
                               and m.cfg.positional == "shortformer" and m.cfg.normalization is None,
@@ -79,11 +80,8 @@ def side_by_side() -> None:
                                                            (z.corpus_table, "corpus_table", "The corpus")]):
         title = f"{whose}: P(next | current)"
         with col:
-            figure(figures.token_heatmap(matrix, names, names, title, "next token", "current token", "probability",
-                                         diverging=False), f"{whose.lower()} bigrams",
-                   f"names = result.labels[:{circuits.TABLE_TOKENS}]\n"
-                   f"fig = figures.token_heatmap(result.{field}, names, names, {title!r}, 'next token', "
-                   "'current token', 'probability', diverging=False)")
+            figure(f"{whose.lower()} bigrams", figures.token_heatmap, matrix, names, names, title, "next token",
+                   "current token", "probability", diverging=False)
 
 
 show([("Zero layers: W_E W_U is a bigram table", bigram_table),

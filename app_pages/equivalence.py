@@ -4,10 +4,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom import keys
 from classroom.admission import budget_mb
 from classroom.experiments import compute
 from classroom.page.layout import beside, figure, metric, prose, show, source, table
-from classroom.page.part import record
+from classroom.page.part import derived, record
 from classroom.page.questions import exercise, predict
 from classroom.page.slides import controls
 from classroom.page.text import check_line
@@ -37,7 +38,7 @@ with controls():
         n_heads = select_slider("heads H (divisors of D)", [h for h in divisors(d_model) if h <= 64], sizes["n_heads"], key="H")
         dtype = st.radio("precision of the run", ["float32", "float64"], index=0, key="dtype", bind="query-params",
                          horizontal=True)
-    seed = st.session_state["seed"]
+    seed = st.session_state[keys.SEED]
     d_head = d_model // n_heads
     st.caption(f"d_head = D / H = {d_model} / {n_heads} = **{d_head}** · seed {seed} (sidebar) · "
                "random weights W_E, W_pos, W_Q, W_K, W_V, W_O and random tokens")
@@ -54,11 +55,6 @@ try:
 except ValueError as error:
     st.error(str(error))
     st.stop()
-
-# A figure's "reproduce in Python" snippet: this page computes through its own cached run, so each stands alone.
-RUN = (f"from mechlib import equivalence\n\nresult = equivalence.run({batch}, {seq}, {d_vocab}, {d_model}, {n_heads}, "
-       f"seed={seed}, dtype={dtype!r}, position={position})")
-
 
 def step_table() -> None:
     rows = equivalence.steps(batch, seq, d_vocab, d_model, n_heads)
@@ -134,8 +130,7 @@ def wo_rows() -> None:
                        "against that row of the block the per-head path uses", result.wo_block_check)
     st.markdown(f"Row **{row}** belongs to head **{row} // {d_head} = {head}**, as row **{row} mod {d_head} = {local}** "
                 f"of its block W_O[{head}]. {block}.")
-    figure(figures.wo_blocks(n_heads, d_head, d_model, row), "W_O row blocks",
-           f"fig = figures.wo_blocks({n_heads}, {d_head}, {d_model}, {row})")
+    figure("W_O row blocks", figures.wo_blocks, n_heads, d_head, d_model, row)
 
 
 def per_position() -> None:
@@ -151,20 +146,16 @@ def per_position() -> None:
         return
     left, right = beside(2)
     with left:
-        figure(figures.head_norms_bar(norms, total_norm, position), "each head's length",
-               f"{RUN}\nfig = figures.head_norms_bar(result.head_norms, float(np.linalg.norm(result.head_results.sum(0))), "
-               f"{position})")
+        figure("each head's length", figures.head_norms_bar, norms, total_norm, position)
     with right:
-        figure(figures.head_contributions_heatmap(result.head_results, result.head_results.sum(0), result.attn_out,
-                                                  position), "per-head vectors",
-               f"{RUN}\nfig = figures.head_contributions_heatmap(result.head_results, result.head_results.sum(0), "
-               f"result.attn_out, {position})")
+        figure("per-head vectors", figures.head_contributions_heatmap, result.head_results,
+               derived(np.sum, result.head_results, axis=0), result.attn_out, position)
     st.markdown(check_line(f"Σ_h result_h against the attention output at position {position} (batch item 0) in {dtype}",
                            result.position_check))
 
 
 def one_element() -> None:
-    element = equivalence.element(result, position, column)
+    element = derived(equivalence.element, result, position, column)
     prose(f"The reading's R₁,₁ argument, for any element. One number of the output is a sum over the D = {d_model} "
           "entries k of the concatenated heads h: R[i, j] = Σ_k h[i, k] · W_O[k, j] (counting from 0, so the "
           f"reading's R₁,₁ is R[0, 0]; batch item 0). Entry k belongs to head k // {d_head}, so the {d_model} terms "
@@ -178,9 +169,7 @@ def one_element() -> None:
             + (f"; next comes head {ranked[1]}'s, {element.partial_sums[ranked[1]]:+.4f}" if n_heads > 1 else "")
             + f". R[{position}, {column}] = {element.output:+.4f}."):
         return
-    figure(figures.element_terms(element.terms, element.partial_sums, position, column), "terms of one element",
-           f"{RUN}\nelement = equivalence.element(result, {position}, {column})\n"
-           f"fig = figures.element_terms(element.terms, element.partial_sums, {position}, {column})")
+    figure("terms of one element", figures.element_terms, element.terms, element.partial_sums, position, column)
     table(pd.DataFrame({"head": range(n_heads),
                         "k (its rows of W_O)": [f"{h * d_head}–{(h + 1) * d_head - 1}" for h in range(n_heads)],
                         f"partial sum of {d_head} terms": element.partial_sums,

@@ -4,7 +4,7 @@ minutes for a 50-minute class and a two-hour lab, one link per page, and what mo
 import streamlit as st
 
 from classroom import lessons, pages
-from classroom.live import live
+from classroom.live import join_card
 from classroom.page.layout import prose
 from classroom.page.slides import presenting
 
@@ -23,12 +23,12 @@ st.title("Addition Machines")
 if presenting():  # the title slide: the lesson's steps on the first screen; Next opens the first
     st.markdown(f"**Transformer circuits, computed live.** A {lessons.CLASS_MINUTES}-minute class in "
                 f"{len(lessons.STEPS)} steps; **Next** walks every slide of every step.")
-    if live.showing_join():  # a live class: how to join, in a column of the slide's own; the steps without minutes
+    if join_card.showing_join():  # a live class: how to join, in a column of the slide's own; the steps without minutes
         steps, card = st.columns([3, 2], gap="large")
         with steps:
             lesson_path(minutes=False)
         with card:
-            live.join_card(qr_px=220, beside=False)
+            join_card.join_card(qr_px=220, beside=False)
     else:
         lesson_path()
 else:

@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom import keys
 from classroom.experiments import compute
 from classroom.page.attention_text import attention_text
 from classroom.page.layout import beside, figure, prose, show, table
-from classroom.page.part import record
+from classroom.page.part import derived, record
 from classroom.page.questions import predict
 from classroom.page.slides import controls
 from classroom.page.text import check_line, literal
@@ -26,7 +27,7 @@ def ranking(ranked: analogy.Ranking, what: str, unit: str, losses: dict[str, flo
 
 
 sizes = compute(analogy.pair)
-seed = st.session_state["seed"]
+seed = st.session_state[keys.SEED]
 st.title("The LSTM analogy")
 prose(
     "An LSTM and a transformer both carry a state forward and update it by **adding**. The LSTM's cell state is "
@@ -56,34 +57,29 @@ with controls():
                     f"{sizes.n_ctx}; only the first {sizes.n_ctx} are used.")
         if prompt.unknown_share > UNK_SHARE_MAX:
             st.warning(f"{prompt.unknown_share:.0%} of the prompt's characters are <unk>: the models never saw them.")
-        ids, ids_code = prompt.ids, f"analogy.prompt({text!r}).ids"
+        ids = prompt.ids
     else:
         segment = slider("segment length", 4, sizes.max_segment, 12, key="l_seg")
-        ids, ids_code = analogy.repeated_ids(segment, seed), f"analogy.repeated_ids({segment}, {seed})"
+        ids = analogy.repeated_ids(segment, seed)
 view = compute(analogy.side_by_side, ids)
-VIEW = f"from mechlib import analogy\n\nresult = analogy.side_by_side({ids_code})\n"  # a snippet's first lines
 
 
 def cell_and_stream() -> None:
     left, right = beside(2)
     with left:
-        figure(figures.time_heatmap(view.cell, view.labels, "LSTM cell state c_t over time", "c"), "cell state",
-               VIEW + 'fig = figures.time_heatmap(result.cell, result.labels, "LSTM cell state c_t over time", "c")')
+        figure("cell state", figures.time_heatmap, view.cell, view.labels, "LSTM cell state c_t over time", "c")
     with right:
-        figure(figures.depth_heatmap(view.depth, view.labels), "residual stream through depth",
-               VIEW + "fig = figures.depth_heatmap(result.depth, result.labels)")
+        figure("residual stream through depth", figures.depth_heatmap, view.depth, view.labels)
 
 
 def gates_and_patterns() -> None:
     left, right = beside(2)
     with left:
-        figure(figures.time_heatmap(view.input_gate, view.labels, "LSTM input gate i_t over time", "i", scale="gate"),
-               "input gate", VIEW + 'fig = figures.time_heatmap(result.input_gate, result.labels, '
-                                    '"LSTM input gate i_t over time", "i", scale="gate")')
+        figure("input gate", figures.time_heatmap, view.input_gate, view.labels, "LSTM input gate i_t over time", "i",
+               scale="gate")
     with right:
         title = f"{analogy.TRANSFORMER}'s attention patterns"
-        figure(figures.patterns_grid(view.patterns, title), "attention patterns",
-               VIEW + f"fig = figures.patterns_grid(result.patterns, {title!r})")
+        figure("attention patterns", figures.patterns_grid, view.patterns, title)
     attention_text(f"{analogy.TRANSFORMER}'s patterns on the text: point at (or tap) a character to shade what each "
                    "head reads from there.", view.patterns, view.labels, None, len(view.labels) - 1,
                    key="hover lstm page")
@@ -92,14 +88,11 @@ def gates_and_patterns() -> None:
 def gates_and_messages() -> None:
     left, right = beside(2)
     with left:
-        figure(figures.time_heatmap(view.output_gate, view.labels, "LSTM output gate o_t over time", "o", scale="gate"),
-               "output gate", VIEW + 'fig = figures.time_heatmap(result.output_gate, result.labels, '
-                                     '"LSTM output gate o_t over time", "o", scale="gate")')
+        figure("output gate", figures.time_heatmap, view.output_gate, view.labels, "LSTM output gate o_t over time",
+               "o", scale="gate")
     with right:
-        figure(figures.time_heatmap(view.messages, view.labels, "‖message‖ each last-layer head sends", "‖h(x)‖",
-                                    scale="size", rows="head"), "message sizes",
-               VIEW + 'fig = figures.time_heatmap(result.messages, result.labels, "‖message‖ each last-layer head '
-                      'sends", "‖h(x)‖", scale="size", rows="head")')
+        figure("message sizes", figures.time_heatmap, view.messages, view.labels,
+               "‖message‖ each last-layer head sends", "‖h(x)‖", scale="size", rows="head")
 
 
 def additive_update() -> None:
@@ -113,27 +106,21 @@ def additive_update() -> None:
         return
     left, right = beside(2)
     with left:
-        figure(figures.histogram(view.forget, "Forget-gate values over every step and cell", "f"), "forget gates",
-               VIEW + 'fig = figures.histogram(result.forget, "Forget-gate values over every step and cell", "f")')
+        figure("forget gates", figures.histogram, view.forget, "Forget-gate values over every step and cell", "f")
         st.markdown(f"Median forget gate **{view.forget_median:.2f}**; {view.forget_open_share:.0%} of values above "
                     f"{analogy.FORGET_OPEN}.")
         record("median forget gate", f"{view.forget_median:.2f}")
         prose("At f = 1 the update would be pure addition, as in the residual stream.")
     with right:
-        figure(figures.component_bars(view.step_shares, [f"{i}: {l}" for i, l in enumerate(view.labels)],
-                                      "What each step left in the final cell, along ĉ_T", "length along ĉ_T",
-                                      total=view.cell_norm, categories="time step: token"), "steps in the final cell",
-               VIEW + 'fig = figures.component_bars(result.step_shares, [f"{i}: {l}" for i, l in '
-                      'enumerate(result.labels)], "What each step left in the final cell, along ĉ_T", '
-                      '"length along ĉ_T", total=result.cell_norm, categories="time step: token")')
+        figure("steps in the final cell", figures.component_bars, view.step_shares,
+               [f"{i}: {l}" for i, l in enumerate(view.labels)], "What each step left in the final cell, along ĉ_T",
+               "length along ĉ_T", total=view.cell_norm, categories="time step: token")
         st.markdown(check_line("The steps' contributions (Π f) ⊙ i ⊙ g against the final cell state", view.cell_check))
         st.markdown(check_line(f"{analogy.TRANSFORMER}'s components against its residual after the last block",
                                view.resid_check))
     title = (f"What each component left in {analogy.TRANSFORMER}'s final residual (last position), along x̂_final")
-    figure(figures.component_bars(view.component_shares, view.component_labels, title, "length along x̂_final",
-                                  total=view.resid_norm), "components in the final residual",
-           VIEW + f'fig = figures.component_bars(result.component_shares, result.component_labels, {title!r}, '
-                  '"length along x̂_final", total=result.resid_norm)')
+    figure("components in the final residual", figures.component_bars, view.component_shares, view.component_labels,
+           title, "length along x̂_final", total=view.resid_norm)
 
 
 def analogy_breaks() -> None:
@@ -171,8 +158,7 @@ def separating() -> None:
             f"{test.first_repeat[name]:.2f} → {test.second_repeat[name]:.2f} nats: {shed:.0%} gone (the LSTM: "
             f"{test.reduction[analogy.NAMES[analogy.RNN]]:.0%}). Another segment length can answer differently."):
         return
-    figure(figures.loss_curves(test.losses, test.labels, length + 1), "loss by position",
-           f"fig = figures.loss_curves(result.losses, result.labels, {length + 1})", using=analogy.separating_test)
+    figure("loss by position", figures.loss_curves, test.losses, test.labels, length + 1)
     table(pd.DataFrame([{"model": name, "first occurrence (nats)": round(test.first_repeat[name], 2),
                          "second occurrence (nats)": round(test.second_repeat[name], 2),
                          "held-out text (nats per character)": round(text.losses[name], 3)}
@@ -202,10 +188,8 @@ def copying_controls() -> None:
     if not predict("controls", "On the second copy, which of the three models has the lowest loss?", list(s2), [lowest],
             "; ".join(f"{role}: {value:.2f} nats" for role, value in s2.items()) + "."):
         return
-    figure(figures.copy_losses({f"{role} ({c.params[role]:,} parameters)": values for role, values in c.losses.items()},
-                               c.length, c.d_vocab, c.earlier), "copying task losses",
-           'fig = figures.copy_losses({f"{role} ({result.params[role]:,} parameters)": values for role, values in '
-           "result.losses.items()}, result.length, result.d_vocab, result.earlier)")
+    figure("copying task losses", figures.copy_losses, derived(copying.losses_by_label, c), c.length, c.d_vocab,
+           c.earlier)
     ordered = (f"On the second copy: two layers **{s2['two layers']:.2f}** nats, one layer **{s2['one layer']:.2f}**, "
                f"the LSTM **{s2['LSTM']:.2f}**. " + (
                    f"Each control is at least {checks.GAP_MIN} nats worse than the model before it." if c.ordered else

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from classroom import keys
 from classroom.experiments import compute
 from classroom.page.attention_text import attention_text
 from classroom.page.layout import beside, figure, metric, prose, show, source, table
@@ -81,8 +82,7 @@ def rank() -> None:
         return
     left, right = beside([3, 2])
     with left:
-        figure(figures.singular_values(ranks.spectra, cfg.d_head), "singular values",
-               f"fig = figures.singular_values(result.spectra, {cfg.d_head})")
+        figure("singular values", figures.singular_values, ranks.spectra, cfg.d_head)
     with right:
         if ranks.vacuous:
             st.markdown(f"Here d_head = {cfg.d_head} ≥ d_model = {cfg.d_model}: a d_model × d_model matrix has only "
@@ -100,7 +100,7 @@ def rank() -> None:
 
 
 def only_products() -> None:
-    nonu = compute(patterns.non_uniqueness, model, ids, layer, head, st.session_state["seed"], key=key)
+    nonu = compute(patterns.non_uniqueness, model, ids, layer, head, st.session_state[keys.SEED], key=key)
     st.markdown("With a random invertible R (d_head × d_head, from the sidebar's seed), in float64:\n"
                 f"- {check_line('The pattern after W_Q R, W_K R⁻ᵀ against the pattern', nonu.pattern)}\n"
                 f"- {check_line('The messages after W_V R, R⁻¹ W_O against the messages', nonu.messages)}")
@@ -125,12 +125,10 @@ def pattern_matching() -> None:
     left, right = beside(2)
     with left:
         title = f"Layer {layer}, head {head}: the pattern A"
-        figure(figures.pattern_heatmap(scores.pattern, labels, title), "pattern",
-               f"fig = figures.pattern_heatmap(result.pattern, labels, {title!r})")
+        figure("pattern", figures.pattern_heatmap, scores.pattern, labels, title)
     with right:
-        figure(figures.pattern_heatmap(scores.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", scores=True),
-               "scores", 'fig = figures.pattern_heatmap(result.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head", '
-               'scores=True)')
+        figure("scores", figures.pattern_heatmap, scores.scores, labels, "Scores x_i W_QK x_jᵀ / √d_head",
+               scores=True)
     attention_text(f"The same patterns on the text, every head of layer {layer}: point at a token (or tap it) to "
                    "shade the tokens it attends to by their weight.", scores.layer_patterns[None], labels,
                    circuits.head_label(layer, head), dest, key="hover", first_layer=layer)
@@ -146,9 +144,8 @@ def message_passing() -> None:
                                                               for t in msgs.top_tokens]})
     left, right = beside(2)
     with left:
-        figure(figures.source_bars(msgs.weights, labels[: dest + 1], f"Attention from position {dest}", "attention weight"),
-               "attention from the destination", f'fig = figures.source_bars(result.weights, labels[: {dest + 1}], '
-               f'"Attention from position {dest}", "attention weight")')
+        figure("attention from the destination", figures.source_bars, msgs.weights, labels[: dest + 1],
+               f"Attention from position {dest}", "attention weight")
     with right:
         table(frame, "messages", height=360)
     st.markdown(check_line(f"Σ_j A[{dest}, j] · message_j against the head's output the model cached at position {dest}",

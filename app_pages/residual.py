@@ -71,10 +71,8 @@ def the_ledger() -> None:
             return
     left, right = beside(2)
     with left:
-        figure(figures.component_bars(book.projections, book.labels, LEDGER_TITLE, "length along x̂_final",
-                                      total=book.final_norm), "ledger",
-               f"fig = figures.component_bars(result.projections, result.labels, {LEDGER_TITLE!r}, "
-               "'length along x̂_final', total=result.final_norm)")
+        figure("ledger", figures.component_bars, book.projections, book.labels, LEDGER_TITLE, "length along x̂_final",
+               total=book.final_norm)
     with right:
         table(pd.DataFrame({"term": book.labels, "‖term‖": np.round(book.norms, 3),
                             "along x̂_final": np.round(book.projections, 3)}), "ledger", height="content")
@@ -91,8 +89,7 @@ def through_depth() -> None:
         return
     left, right = beside([3, 2])
     with left:
-        figure(figures.depth_heatmap(stream.norms, labels), "stream through depth",
-               "fig = figures.depth_heatmap(result.norms, labels)")
+        figure("stream through depth", figures.depth_heatmap, stream.norms, labels)
     with right:
         if stream.components:
             table(pd.DataFrame({"component": stream.components,
@@ -159,10 +156,8 @@ def attribution() -> None:
                           + ". A direct share leaves out what later layers do with the head's output.")
     if shown:
         title = f"Each term's direct share of {what}"
-        figure(figures.component_bars(dla.shares, dla.labels, title, "logit (nats)", total=dla.logit),
-               "direct logit attribution",
-               f"fig = figures.component_bars(result.shares, result.labels, {title!r}, 'logit (nats)', "
-               "total=result.logit)")
+        figure("direct logit attribution", figures.component_bars, dla.shares, dla.labels, title, "logit (nats)",
+               total=dla.logit)
 
 
 def subspaces() -> None:
@@ -196,8 +191,7 @@ def subspaces() -> None:
             f"impossible with these sizes: {len(sub.labels)} heads writing {sub.written} dimensions into "
             f"{cfg.d_model} overlap {sub.least:.3f} on average at the least, whatever their weights, so this says "
             "nothing about the model." if sub.separate == "impossible" else f"**{sub.separate}**."))
-    figure(figures.overlap_heatmap(sub.overlap, sub.labels, sub.baseline), "head subspace overlaps",
-           "fig = figures.overlap_heatmap(result.overlap, result.labels, result.baseline)")
+    figure("head subspace overlaps", figures.overlap_heatmap, sub.overlap, sub.labels, sub.baseline)
 
 
 show([("The ledger at one position", the_ledger),

@@ -6,13 +6,14 @@ import time
 
 import streamlit as st
 
-from classroom import activity, pages
+from classroom import activity, keys, pages
 from classroom.admission import BudgetError, require_budget
 from classroom.experiments import compute
-from classroom.live import live
+from classroom.live import membership
+from classroom.model_choice import ModelChoice
 from classroom.page.attention_text import attention_text
 from classroom.page.layout import beside, figure, prose, show
-from classroom.page.part import record
+from classroom.page.part import given, record
 from classroom.page.questions import answer_line, ask
 from classroom.page.text import literal
 from classroom.page.widgets import select_slider, slider
@@ -56,8 +57,8 @@ def chosen_upload(n_ctx: int) -> tuple[str, str] | None:
         except data.DataError as error:
             st.error(f"{literal(upload.name)}: {error}. The previous data stays selected.")
         else:
-            st.session_state["train_text"] = (upload.name, hashlib.sha256(raw).hexdigest(), text)
-    saved = st.session_state.get("train_text")  # (file name, digest, text) of the last valid upload
+            st.session_state[keys.TRAIN_TEXT] = (upload.name, hashlib.sha256(raw).hexdigest(), text)
+    saved = st.session_state.get(keys.TRAIN_TEXT)  # (file name, digest, text) of the last valid upload
     if not saved:
         return None
     st.caption(f"Training text: **{literal(saved[0])}** ({len(saved[2]):,} characters)")
@@ -76,7 +77,7 @@ def own_code(source: str, n_ctx: int, repeats: float, upload: str | None, kwargs
     the same steps), keeping every evaluation's report; an upload is read from the file of that name."""
     text = (f"text = data.validate_upload(open({upload!r}, 'rb').read(), {n_ctx})  # the file you uploaded\n"
             if upload else "")
-    return ("from mechlib import train\nfrom mechlib.config import ModelConfig\n\n" + text
+    return ("from mechlib import data, train\nfrom mechlib.config import ModelConfig\n\n" + text
             + f"tokenizer, batches = data.training_data({source!r}, {n_ctx}, {repeats!r}{', text' if upload else ''})\n"
             f"cfg = {kwargs['cfg']!r}\n"
             "reports = []  # each evaluation's train.Progress: step, loss, scores, every head's pattern\n"
@@ -156,9 +157,9 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
     preset = task == PRESET.name
     key = short_id(model)
     shared = STORE.model(key)
-    circuit = compute(induction.induction_circuit, shared, key=("session", key)) if preset else None
+    circuit = compute(induction.induction_circuit, shared, key=ModelChoice("stored", key)) if preset else None
     labels = data.token_labels(shared.tokenizer, reports[-1].watched)  # the watched sequence, for the hover view
-    st.session_state["last_trained"] = {"label": label, "history": history, "seconds": seconds, "last": reports[-1],
+    st.session_state[keys.LAST_TRAINED] = {"label": label, "history": history, "seconds": seconds, "last": reports[-1],
                                         "labels": labels, "length": length, "preset": preset, "circuit": circuit,
                                         "code": code}
     if preset:  # Circuits: two layers opens on this model (the sidebar selects it)
@@ -167,11 +168,11 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
 
 
 st.title("Train a transformer")
-if live.following():
+if membership.following():
     st.info("A training is drawn on the screen of whoever presses its button: your teacher's curves are on their "
             "screen, and the model they train opens here, in your sidebar, once it is done.", icon=":material/groups:")
 task = st.radio("what to train", [PRESET.name, "your own model"], key="t_task", horizontal=True, bind="query-params")
-seed = st.session_state["seed"]
+seed = st.session_state[keys.SEED]
 if task == PRESET.name:
     prose(
         f"**The copying task** (synthetic, not text): {PRESET.description}. A two-layer model can solve it with an "
@@ -185,7 +186,7 @@ if task == PRESET.name:
                f"lr {PRESET.lr:g} · seed {seed} (sidebar) · {SLOTS}")
     guess = ask("bar", bar_question(PRESET.steps), ["yes", "no"])
     if st.button("Watch an induction head form", type="primary", icon=":material/play_arrow:"):
-        st.session_state["bar guess"] = guess
+        st.session_state[keys.BAR_GUESS] = guess
         run(f"{PRESET.name}, seed {seed}", PRESET.steps, PRESET.train, {"seed": seed}, PRESET.data.length,
             train.estimate_mb(PRESET.cfg, PRESET.batch_size), preset_code(seed))
 else:
@@ -236,14 +237,14 @@ else:
                    f"{SLOTS}")
         guess = ask("bar", bar_question(steps), ["yes", "no"]) if n_layers else None
         if st.button("Train", type="primary", icon=":material/play_arrow:"):
-            st.session_state["bar guess"] = guess
+            st.session_state[keys.BAR_GUESS] = guess
             extras = "".join([", MLP" if mlp else "", ", LN" if ln else ""])
             length = (n_ctx - 1) // 2
             kwargs = {"cfg": cfg, "data": batches, "steps": steps, "lr": lr, "seed": seed, "tokenizer": tokenizer,
                       "eval_every": max(1, steps // 40), "watch": length if n_layers else None}
             run(f"{n_layers}L×{n_heads}H d{d_model} ctx {n_ctx}{extras}, {data.SOURCES[source]}, {steps} steps, "
                 f"lr {lr:g}, seed {seed}", steps, train.train, kwargs, length, memory,
-                own_code(source, n_ctx, repeats, st.session_state["train_text"][0] if upload else None, kwargs))
+                own_code(source, n_ctx, repeats, st.session_state[keys.TRAIN_TEXT][0] if upload else None, kwargs))
 
 
 def passed_bar(history: list[dict[str, float]]) -> dict[str, float] | None:
@@ -260,7 +261,7 @@ def trained_last() -> None:
     if "induction" in final:
         reached = passed_bar(history)
         best = max(history, key=lambda row: row["induction"])
-        guessed = st.session_state.get("bar guess")
+        guessed = st.session_state.get(keys.BAR_GUESS)
         with st.container(border=True):
             st.markdown(f"**{bar_question(report.steps)}** " + ("" if guessed is None else f"You predicted **{guessed}** before it ran. ")
                         + answer_line(guessed, ["yes" if reached else "no"], (
@@ -272,12 +273,10 @@ def trained_last() -> None:
     left, right = beside(2) if report.patterns is not None else (None, st.container())
     if left:
         with left:
-            figure(figures.heads_forming(report.patterns, report.step, last["length"]), "heads at the last step",
-                   last["code"] + f"\nfig = figures.heads_forming(reports[-1].patterns, reports[-1].step, "
-                                  f"{last['length']})")
+            figure("heads at the last step", figures.heads_forming, given(report, "reports[-1]", last["code"]).patterns,
+                   report.step, last["length"])
     with right:
-        figure(figures.training_curves(history), "training curves",
-               last["code"] + "\nfig = figures.training_curves(result.history)")
+        figure("training curves", figures.training_curves, given(history, "result.history", last["code"]))
     if left:
         first = last["circuit"].induction if last["preset"] and last["circuit"].found else None
         attention_text("Every head at the last step, on the watched sequence's tokens: point at (or tap) a token of "
@@ -308,12 +307,12 @@ def trained_last() -> None:
         st.success(f"Final loss {final['loss']:.3f} nats/token, second-repeat loss {final['repeat_loss']:.3f}"
                    f"{' · ' + scores if scores else ''}. Training took {last['seconds']:.1f} s here "
                    f"({final['step'] / last['seconds']:.1f} steps/s). It is in the sidebar's model list for this session.")
-    key = st.session_state["session_models"][last["label"]]
+    key = st.session_state[keys.SESSION_MODELS][last["label"]]
     st.download_button("Download as .safetensors", lambda: STORE.get(key).data,
                        file_name="addition-machines-model.safetensors", mime="application/octet-stream",
                        icon=":material/download:")
 
 
-last = st.session_state.get("last_trained")
-if last and last["label"] in st.session_state.get("session_models", {}):
+last = st.session_state.get(keys.LAST_TRAINED)
+if last and last["label"] in st.session_state.get(keys.SESSION_MODELS, {}):
     show([("The model you trained last", trained_last)])

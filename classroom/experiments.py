@@ -8,13 +8,14 @@ import streamlit as st
 
 from classroom import timings
 from classroom.admission import MEMORY, BudgetError
+from classroom.model_choice import ModelChoice
 from classroom.page import part
 from mechlib.device import experiment_mb
 
 __all__ = ["compute"]
 
 
-def compute(experiment: Callable, *args, key: tuple | None = None):
+def compute(experiment: Callable, *args, key: ModelChoice | None = None):
     """``experiment(*args)`` from mechlib, cached server-wide on plain values: the experiment's name and its
     arguments, the model among them (``args[0]``, when ``key`` names it: ``session.current_model``'s key) replaced
     by its key, never the model itself. While it computes, the spinner states its memory estimate (``experiment_mb``:
@@ -22,11 +23,12 @@ def compute(experiment: Callable, *args, key: tuple | None = None):
     estimate is held under the server-wide budget (``MEMORY``). One over the budget, or that finds no room in time,
     stops the part with the server's message, naming what it computes, before it starts (``part.Refused``; the
     page's other parts are drawn), or the page when no part is being drawn."""
-    part.record_call(experiment, key, args)
     mb = experiment_mb(experiment, *args)
     model, plain = (args[0], args[1:]) if key is not None else (None, args)
     try:  # by keyword: Streamlit's hashing reads a positional argument's name from the signature at every call
-        return _cached(name=_name(experiment), key=key, _experiment=experiment, _model=model, args=plain, _mb=mb)
+        result = _cached(name=_name(experiment), key=key, _experiment=experiment, _model=model, args=plain, _mb=mb)
+        part.record_call(experiment, key, plain, result)
+        return result
     except BudgetError as error:
         st.error(f"{error}.", icon=":material/block:")
         if part.current() is not None:
@@ -39,7 +41,7 @@ def _name(experiment: Callable) -> str:
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
-def _cached(name: str, key: tuple | None, _experiment: Callable, _model, args: tuple, _mb: float):
+def _cached(name: str, key: ModelChoice | None, _experiment: Callable, _model, args: tuple, _mb: float):
     """Keyed on the experiment's name, the model's key and the arguments. On a cache miss only: the spinner with its
     cost, the estimate held under the budget, the computation timed (``timings``: under the model's key, or the
     arguments of an experiment that builds its own models). The spinner is here, not around the call: on a hit

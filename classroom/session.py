@@ -9,15 +9,13 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from classroom import models_folder, pages
-from classroom.admission import MEMORY, BudgetError
+from classroom import keys, pages
+from classroom.model_choice import ChoiceError, ModelChoice
 from classroom.page.slides import controls
 from classroom.page.text import literal
-from classroom.state.store import STORE, StoreError, short_id
+from classroom.state.store import STORE, short_id
 from mechlib import data, zoo
 from mechlib.checks import UNK_SHARE_MAX
-from mechlib.config import ModelConfig
-from mechlib.io import CheckpointError
 from mechlib.model import Transformer
 
 SESSION_MODELS = 8  # trained or uploaded models a session lists; the oldest goes first
@@ -25,7 +23,7 @@ SESSION_MODELS = 8  # trained or uploaded models a session lists; the oldest goe
 
 def session_id() -> str:
     """This session, to the server's shared things: its place in the training queue, its share of the store."""
-    return st.session_state.setdefault("session id", uuid.uuid4().hex)
+    return st.session_state.setdefault(keys.SESSION_ID, uuid.uuid4().hex)
 
 
 def browser_id() -> str:
@@ -77,12 +75,12 @@ def add_session_model(kind: str, name: str, data: bytes, pin: bool = False) -> s
 def list_session_model(label: str, key: str) -> str:
     """List the stored model ``key`` under ``label`` in this session (its last ``SESSION_MODELS``); the sidebar
     selects it on the next run (a widget's value cannot change after it is drawn). Returns the label."""
-    models = st.session_state.setdefault("session_models", {})
+    models = st.session_state.setdefault(keys.SESSION_MODELS, {})
     models.pop(label, None)
     models[label] = key
     while len(models) > SESSION_MODELS:
         models.pop(next(iter(models)))
-    st.session_state["select_model"] = label
+    st.session_state[keys.SELECT_MODEL] = label
     return label
 
 
@@ -90,30 +88,15 @@ DEFAULT_PROMPT = "the class of an object is its type . the class of an object is
 PROMPT_CHARS = 2_000  # the longest prompt, typed or in a link (widgets.clean_url_text)
 
 
-def current_model() -> tuple[tuple, Transformer]:
-    """(a plain key for caches, the shared read-only model) of the sidebar's choice."""
-    choice = st.session_state.get("model_choice")
+def current_model() -> tuple[ModelChoice, Transformer]:
+    """(the choice made exact, a plain key for caches; the shared read-only model) of the sidebar's choice."""
+    choice = st.session_state.get(keys.MODEL_CHOICE)
     if choice is None:
         st.error("Choose a model in the sidebar.")
         st.stop()
-    if choice[0] == "zoo":
-        return choice, zoo.load(choice[1])
-    if choice[0] == "random":
-        cfg = ModelConfig.from_json(choice[1])
-        return choice, zoo.random_model(cfg, lambda: MEMORY.hold(cfg.estimate_mb(batch=0), f"a model of {cfg.n_params():,} parameters"))
-    if choice[0] == "folder":
-        entry = models_folder.find(choice[1])
-        try:
-            if entry is None:
-                raise models_folder.FolderError(f"{choice[1]} is no longer in the models folder")
-            return ("folder", str(entry.path), entry.stamp), models_folder.load(entry)
-        except (models_folder.FolderError, BudgetError) as error:
-            st.error(f"{literal(str(error))}. Choose another model in the sidebar.")
-            st.stop()
-    key = st.session_state["session_models"][choice[1]]
     try:
-        return ("session", key), STORE.model(key)
-    except (StoreError, CheckpointError) as error:
+        return choice.load()
+    except ChoiceError as error:
         st.error(f"{literal(str(error))}. Choose another model in the sidebar.")
         st.stop()
 
@@ -139,11 +122,11 @@ def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
         examples = _examples(tokenizer, n_ctx)
 
         def use_example() -> None:
-            st.session_state["prompt"] = st.session_state["example"]
+            st.session_state[keys.PROMPT] = st.session_state[keys.EXAMPLE]
 
-        st.selectbox("examples whose every token this model knows", examples, None, key="example",
+        st.selectbox("examples whose every token this model knows", examples, None, key=keys.EXAMPLE,
                      on_change=use_example, placeholder="choose one to replace the prompt…")
-        text = st.text_input("prompt", DEFAULT_PROMPT, key="prompt", bind="query-params", max_chars=PROMPT_CHARS)
+        text = st.text_input("prompt", DEFAULT_PROMPT, key=keys.PROMPT, bind="query-params", max_chars=PROMPT_CHARS)
         prompt = data.prompt_ids(tokenizer, text, n_ctx)
         if prompt.full_length > n_ctx:
             st.info(f"The prompt is {prompt.full_length:,} tokens with <bos>; this model reads at most {n_ctx}, "
@@ -154,29 +137,30 @@ def input_tokens(model) -> tuple[tuple[int, ...], list[str]]:
                        "Python's documentation.")
         ids = prompt.ids
     elif kind == "random tokens":
-        ids = data.random_ids(model.cfg.d_vocab, min(n_ctx, 24), st.session_state["seed"], data.bos_id(tokenizer))
+        ids = data.random_ids(model.cfg.d_vocab, min(n_ctx, 24), st.session_state[keys.SEED], data.bos_id(tokenizer))
     else:
-        ids = tuple(data.repeated_sequences(model.cfg.d_vocab, (min(n_ctx, 25) - 1) // 2, 1, st.session_state["seed"],
+        ids = tuple(data.repeated_sequences(model.cfg.d_vocab, (min(n_ctx, 25) - 1) // 2, 1, st.session_state[keys.SEED],
                                             data.bos_id(tokenizer))[0].tolist())
     return ids, data.token_labels(tokenizer, ids)
 
 
-def part_model(zoo_name: str, fits: Callable[[Transformer], bool], why: str) -> tuple[tuple, Transformer, str]:
+def part_model(zoo_name: str, fits: Callable[[Transformer], bool], why: str) -> tuple[ModelChoice, Transformer, str]:
     """(cache key, model, name as Markdown) of a Circuits page's model: the zoo's ``zoo_name``, or the sidebar's
     when the radio (its URL key ``pages.circuits_model_key``) chooses it and ``fits(model)``; else a note says
     ``why`` not. The model's name is drawn once under the radio ("Reading …")."""
     with controls():
         choice = st.radio("model for this page", [f"zoo: {zoo_name}", pages.SIDEBARS_MODEL], index=0,
                           key=pages.circuits_model_key(zoo_name), bind="query-params", horizontal=True)
-    key, model, name = ("zoo", zoo_name), zoo.load(zoo_name), zoo_name
+    key, model, name = ModelChoice("zoo", zoo_name), zoo.load(zoo_name), zoo_name
     if choice == pages.SIDEBARS_MODEL:
         sidebar_key, sidebar_model = current_model()
         if fits(sidebar_model):
             if sidebar_model.tokenizer is None:
                 st.info("This model has no tokenizer: token tables use ids 2, 3, … instead of the most frequent tokens.")
-            kind, label = st.session_state["model_choice"]
             key, model = sidebar_key, sidebar_model
-            name = {"random": "the sidebar's random model", "session": literal(label)}.get(kind, label)
+            chosen = st.session_state[keys.MODEL_CHOICE]
+            name = {"random": "the sidebar's random model", "stored": literal(st.session_state[keys.MODEL])}.get(
+                chosen.kind, chosen.name)
         else:
             st.info(f"The sidebar's model does not fit this page ({why}); showing zoo: {zoo_name}.")
     st.markdown(f"Reading **{name}**.")

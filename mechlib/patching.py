@@ -30,7 +30,7 @@ from mechlib.device import costs, to_numpy
 from mechlib.induction import _require_scorable
 from mechlib.model import Cache, Transformer
 
-__all__ = ["BATCH", "Patching", "corrupted_pair", "logit_difference", "patching", "patching_mb"]
+__all__ = ["BATCH", "Patching", "corrupted_pair", "inputs_by_row", "key_paths_grid", "logit_difference", "patching", "patching_mb"]
 
 BATCH = 8  # repeated sequences each patch is measured on
 
@@ -183,3 +183,18 @@ def patching(model: Transformer, seed: int = 0) -> Patching:
         strongest = ("", "", float("nan"))
     return Patching(length, *baseline, to_numpy(resid), to_numpy(heads), inputs, k_paths.numpy(), LOGIT_GAP_MIN,
                     measurable, strongest, PATCH_EFFECT_MIN, measurable and strongest[2] >= PATCH_EFFECT_MIN)
+
+
+def inputs_by_row(result: Patching) -> np.ndarray:
+    """The effects of corrupting a head's queries, keys or values as one table [layer·3 + (q, k, v), head], the
+    rows in the order layer 0's queries, keys, values, then layer 1's: the Circuits page's heatmap."""
+    n_layers = result.heads.shape[0]
+    return np.stack([result.inputs[part][layer] for layer in range(n_layers) for part in "qkv"])
+
+
+def key_paths_grid(result: Patching) -> np.ndarray:
+    """Path patching into keys as a grid [sender, receiver] over every head that can send (layers 0 … L−2) and
+    every head that can receive (layers 1 … L−1), heads numbered layer by layer."""
+    n_layers, n_heads = result.heads.shape
+    flat = result.k_paths.reshape(n_layers * n_heads, n_layers * n_heads)
+    return flat[: (n_layers - 1) * n_heads, n_heads:]

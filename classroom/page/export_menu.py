@@ -1,7 +1,6 @@
-"""A section's "Export this section" menu (PNG, SVG, CSV, a zip of everything) and the "Reproduce in Python"
-snippet each figure carries."""
+"""A section's "Export this section" menu: PNG, SVG, CSV, a zip of everything, and each figure's "Reproduce in
+Python" snippet (``snippet``)."""
 
-from collections.abc import Callable
 
 import streamlit as st
 
@@ -50,40 +49,3 @@ def menu(collected: Collected) -> None:
             collected.figures, collected.tables, collected.numbers, collected.snippets),
             export.file_name(collected.title) + ".zip", "application/zip", key=f"zip {collected.title}",
             on_click="ignore", type="primary")
-
-
-def model_line(model_key: tuple) -> str:
-    """Python that loads the page's model, from its cache key."""
-    kind, what = model_key[:2]
-    if kind == "folder":  # the class's models folder: the same directory or file, where the notebook finds it
-        return f"model = zoo.from_folder(Path({what!r}))  # from the class's models folder"
-    if kind == "zoo":
-        return f"model = zoo.load({what!r})"
-    if kind == "random":
-        return f"model = zoo.random_model(ModelConfig.from_json({what!r}))"
-    return "model = zoo.from_checkpoint(open('model.safetensors', 'rb').read())[1]  # the model, downloaded"
-
-
-def snippet(collected: Collected, code: str, using: Callable | None = None) -> str:
-    """A script that rebuilds a figure: imports, the model (for an experiment on the page's model), the
-    experiment's call with the page's values, then ``code``, which builds ``fig`` from ``result``."""
-    calls = [call for call in collected.calls if using is None or call[0] is using]
-    lines = ["import numpy as np", "", "from mechlib import data, figures, zoo"]
-    if calls:
-        experiment, (model_key, args) = calls[-1]
-        module = experiment.__module__.rsplit(".", 1)[-1]
-        lines[-1] += f", {module}"
-        if model_key is None:
-            lines.append(f"\nresult = {module}.{experiment.__name__}({', '.join(map(repr, args))})")
-            return "\n".join(lines + [code, "fig.show()"])
-        if model_key[0] == "random":
-            lines.append("from mechlib.config import ModelConfig")
-        if model_key[0] == "folder":
-            lines.insert(0, "from pathlib import Path\n")
-        lines += ["", model_line(model_key)]
-        ids = next((arg for arg in args[1:] if isinstance(arg, tuple) and arg and all(isinstance(i, int) for i in arg)), None)
-        if ids is not None:
-            lines += [f"ids = {ids!r}", "labels = data.token_labels(model.tokenizer, ids)"]
-        shown = ", ".join("ids" if arg is ids else repr(arg) for arg in args[1:])
-        lines.append(f"result = {module}.{experiment.__name__}(model{', ' if shown else ''}{shown})")
-    return "\n".join(lines + [code, "fig.show()"])

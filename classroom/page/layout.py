@@ -13,8 +13,9 @@ import plotly.graph_objects as go
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from classroom.page import export, export_menu, glossary, part, slides
+from classroom.page import export, export_menu, glossary, part, run, slides
 from classroom.page.slides import presenting
+from classroom.page.snippet import snippet
 from mechlib import figures
 
 
@@ -38,14 +39,15 @@ def _draw(title: str, draw: Callable[[], None]) -> None:
     st.subheader(title)
     if presenting():
         slides.part_note()
-    part.RUN.questions = st.container()
+    this = run.current()
+    this.questions = st.container()
     try:
         with part.collecting(title) as collected:
             draw()
     except part.Refused:
         pass  # its refusal is on screen, in the part
     finally:
-        part.RUN.questions = None
+        this.questions = None
     export_menu.menu(collected)
 
 
@@ -116,13 +118,13 @@ def _room() -> int:
     return PAGE_PX
 
 
-def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) -> None:
-    """Show ``fig`` (restyled for the back of a room in presentation mode) and collect it, as shown, with its
-    "reproduce in Python" snippet: ``code`` builds ``fig`` from ``result``, the part's latest mechlib experiment (or the
-    latest call of ``using``), on the page's model or its own arguments; without one (a part that ran none, or
-    ``using`` a function not run through the door, such as ``zoo.history``) the code stands alone.
-    The figure is drawn at an explicit size that fits its place at 1280 px (``_room``), and exported at that size,
-    so the PNG has the screen's aspect ratio by construction."""
+def figure(name: str, builder: Callable[..., go.Figure], *args, **kwargs) -> None:
+    """Draw ``builder(*args, **kwargs)`` (a ``mechlib.figures`` builder; restyled for the back of a room in
+    presentation mode) and collect it, as shown, with its "reproduce in Python" snippet, derived from this call and
+    what the part and the page computed (``snippet``): the call is written once, here. The figure is drawn at an
+    explicit size that fits its place at 1280 px (``_room``), and exported at that size, so the PNG has the
+    screen's aspect ratio by construction."""
+    fig = builder(*args, **kwargs)
     collected = part.current()
     shown = figures.fit_width(figures.for_slides(fig) if presenting() else fig, _room())
     with slides.own_slide():
@@ -130,7 +132,7 @@ def figure(fig: go.Figure, name: str, code: str, using: Callable | None = None) 
             "format": "png", "scale": export.SCALE, "filename": export.file_name(name)}})
     if collected is not None:
         collected.figures[name] = shown  # exports match the screen: its size, and slide-sized type when presenting
-        collected.snippets[name] = export_menu.snippet(collected, code, using)
+        collected.snippets[name] = snippet(part.records(), builder, args, kwargs)
 
 
 _BLOCK = re.compile(r"^([-+*#>])(?= )")  # st.table reads a cell as Markdown: "+ W_pos" became a list item

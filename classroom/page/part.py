@@ -1,25 +1,13 @@
 """What the section being drawn showed: its figures (with the code that reproduces each), tables, numbers and the
-mechlib experiments it ran, collected for its export menu; one per script thread (each session's run has its own)."""
+mechlib experiments it ran, collected for its export menu; and what the page computed before its parts, which the
+parts' snippets start from; kept in this run's ``run.Run``."""
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
-import pandas as pd
-import plotly.graph_objects as go
-
-
-@dataclass
-class Collected:
-    """What one section showed: its figures (with the code that reproduces each), tables and numbers."""
-
-    title: str
-    figures: dict[str, go.Figure] = field(default_factory=dict)
-    snippets: dict[str, str] = field(default_factory=dict)
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-    numbers: dict[str, str] = field(default_factory=dict)
-    calls: list[tuple[Callable, tuple]] = field(default_factory=list)  # the mechlib experiments it ran, in order
+from classroom.page import run
+from classroom.page.run import Collected
+from classroom.page.snippet import Call, Records
 
 
 class Refused(Exception):
@@ -27,20 +15,19 @@ class Refused(Exception):
     drawn."""
 
 
-RUN = threading.local()  # the section being drawn by this script thread (each session's run has its own thread)
-
-
 def current() -> Collected | None:
-    return getattr(RUN, "collected", None)
+    """The part being drawn in this run (``run.current()``), or None between parts."""
+    return run.current().collected
 
 
 @contextmanager
 def collecting(title: str) -> Iterator[Collected]:
-    RUN.collected = Collected(title)
+    this = run.current()
+    this.collected = Collected(title)
     try:
-        yield RUN.collected
+        yield this.collected
     finally:
-        RUN.collected = None
+        this.collected = None
 
 
 def record(name: str, value: str) -> None:
@@ -49,8 +36,27 @@ def record(name: str, value: str) -> None:
         collected.numbers[name] = value
 
 
-def record_call(experiment: Callable, model_key: tuple | None, args: tuple) -> None:
-    """A mechlib experiment the part ran, for its figures' snippets: ``experiments.compute`` reports each, with its
-    model's key (None for one that builds its own models) and its arguments."""
-    if (collected := current()) is not None:
-        collected.calls.append((experiment, (model_key, args)))
+def records() -> list[Records]:
+    """What the page computed before its parts, then what the part being drawn computed."""
+    page = run.current().records
+    return [page] if (collected := current()) is None else [page, collected.records]
+
+
+def record_call(experiment: Callable, model_key, args: tuple, result) -> None:
+    """A mechlib experiment the door ran (``experiments.compute``), with its model's key (a ``ModelChoice``; None
+    for one that builds its own models), its arguments and its result, for the figures' snippets."""
+    records()[-1].calls.append(Call(experiment, model_key, args, result))
+
+
+def derived(fn: Callable, *args, **kwargs):
+    """``fn(*args, **kwargs)`` (a mechlib function of a result, say), recorded so that a figure drawn from it writes
+    the call in its snippet."""
+    value = fn(*args, **kwargs)
+    records()[-1].derived.append((value, fn, args, kwargs))
+    return value
+
+
+def given(value, name: str, code: str):
+    """``value``, made by ``code`` of the page's own (which binds it to ``name``), for the figures drawn from it."""
+    records()[-1].given.append((value, name, code))
+    return value

@@ -8,7 +8,6 @@ lesson path (``lessons.ROUTE``): every slide of a part, every part of a page, th
 sized for the back of a room.
 """
 
-import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,13 +16,9 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.delta_generator_singletons import context_dg_stack
 
-from classroom import lessons
+from classroom import keys, lessons
+from classroom.page.run import current
 
-PRESENT = "present"  # the URL's ?present=true (or =1) and the toggle's key
-READ = "read"        # the URL's ?read=true: reading mode, every answer drawn at once
-PART = "part"        # the URL key of the part shown in presentation mode
-SUB = "slide"        # the session's slide within that part
-COUNTS = "slide counts"  # part title -> how many slides it drew last (Next's callback runs before the part draws)
 TEXT_PX, HEADING_PX = 24, 36  # the least a slide's text and headings may be, read at the back of a room
 
 # Streamlit's own test ids and HTML elements, never its generated class names. The top row sits in the header's
@@ -54,22 +49,19 @@ STYLE = f"""<style>
 [data-testid="stHeader"] :is(button, button *, a, a *) {{ pointer-events: auto !important; }}
 </style>"""
 
-_run = threading.local()  # this run's chrome row and slide counter (each session's run has its own thread)
-
-
 def presenting() -> bool:
-    return bool(st.session_state.get(PRESENT))
+    return bool(st.session_state.get(keys.PRESENT))
 
 
 def reading() -> bool:
     """Reading mode: every piece of evidence drawn at once, each question folded above its section."""
-    return bool(st.session_state.get(READ)) and not presenting()
+    return bool(st.session_state.get(keys.READ)) and not presenting()
 
 
 def linked_present() -> bool:
     """Whether the page's link asks for presentation mode (``?present=true``, or the short ``?present=1``), read
     before the toggle is drawn: the app collapses the sidebar from it."""
-    return st.query_params.get(PRESENT, "").lower() in ("1", "true")
+    return st.query_params.get(keys.PRESENT, "").lower() in ("1", "true")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -81,53 +73,58 @@ def chrome(page: str, join: bool) -> None:
     presentation mode the page's settings and Previous / part / Next, and, where the teacher shows a live class how
     to join (``join``), a place for its code (``join_place``); then the link to this view (filled after the page
     runs, by ``link_place``)."""
-    _run.page = page
-    if st.query_params.get(PRESENT) == "1":  # the short form: the widget reads the corrected link on a rerun
-        st.query_params[PRESENT] = "true"
+    run = current()
+    run.page = page
+    if st.query_params.get(keys.PRESENT) == "1":  # the short form: the widget reads the corrected link on a rerun
+        st.query_params[keys.PRESENT] = "true"
         st.rerun()
-    _run.join = None
-    if st.session_state.get(PRESENT, linked_present()):  # the toggle's value before it is drawn: the row's shape
+    run.join = None
+    if st.session_state.get(keys.PRESENT, linked_present()):  # the toggle's value before it is drawn: the row's shape
         columns = st.columns([1.6, 1.6, 1.6, 2.0, 1.3, 1.2, 1.9] if join else [1.4, 1.7, 1.6, 3.6, 1.2, 1.2],
                              vertical_alignment="center")
-        mode, settings, nav, _run.link = columns[0], columns[1], columns[2:5], columns[5]
-        _run.join = columns[6] if join else None
+        mode, settings, nav, run.link = columns[0], columns[1], columns[2:5], columns[5]
+        run.join = columns[6] if join else None
     else:  # the main column beside an open sidebar: room for the two toggles' labels and the link's
-        mode, settings, _, _run.link = st.columns([1.2, 1.6, 2.4, 2.2], vertical_alignment="center")
-    mode.toggle("Present", False, key=PRESENT, bind="query-params",
+        mode, settings, _, run.link = st.columns([1.2, 1.6, 2.4, 2.2], vertical_alignment="center")
+    mode.toggle("Present", False, key=keys.PRESENT, bind="query-params",
                 help="Presentation mode: one slide per screen, large type, Next walks the whole lesson.")
     if presenting():
         st.html(STYLE)
-        _run.settings, _run.nav, _run.stage = settings, tuple(nav), st.container(key="slide")
+        run.settings, run.nav, run.stage = settings, tuple(nav), st.container(key="slide")
     else:
-        settings.toggle("Reading mode", False, key=READ, bind="query-params",
+        settings.toggle("Reading mode", False, key=keys.READ, bind="query-params",
                         help="Show every answer at once, with each question folded above it: for studying alone. "
                              "Off, a question's evidence is drawn only when it is revealed.")
-        _run.settings = _run.nav = _run.stage = None
-    _run.titles, _run.popover = [], None
+        run.settings = run.nav = run.stage = None
+    run.titles, run.popover = [], None
 
 
 def link_place() -> DeltaGenerator:
-    return _run.link
+    run = current()
+    return run.link
 
 
 def join_place() -> DeltaGenerator:
     """The top row's place for a live class's code, in presentation mode (``chrome``'s ``join``)."""
-    return _run.join
+    run = current()
+    return run.join
 
 
 def stage() -> DeltaGenerator:
     """Where presentation mode draws the current slide: just below the top row, above the page's own title."""
-    return _run.stage
+    run = current()
+    return run.stage
 
 
 def finish() -> None:
     """After the page, in presentation mode: Previous and Next, drawn last so that they know how many slides the
     part just drew (a reveal can add some); a page without parts gets them too, toward the lesson's pages beside it."""
+    run = current()
     if not presenting():
         return
-    titles, counts = _run.titles, st.session_state.get(COUNTS, {})
-    part, sub = st.session_state.get(PART), st.session_state.get(SUB, 0)
-    back, _, forward = _run.nav
+    titles, counts = run.titles, st.session_state.get(keys.COUNTS, {})
+    part, sub = st.session_state.get(keys.PART), st.session_state.get(keys.SUB, 0)
+    back, _, forward = run.nav
     _button(back, -1, titles, not titles or (part == titles[0] and sub == 0))
     _button(forward, 1, titles, not titles or (part == titles[-1] and sub + 1 >= counts.get(part, 1)))
 
@@ -136,12 +133,13 @@ def finish() -> None:
 def controls() -> Iterator[None]:
     """The page's own widgets: in presentation mode in the top row's "Settings" (one for the page, however many
     times a page asks), one click from every slide."""
-    if not presenting() or getattr(_run, "settings", None) is None:
+    run = current()
+    if not presenting() or run.settings is None:
         yield
         return
-    if getattr(_run, "popover", None) is None:
-        _run.popover = _run.settings.popover("Settings", icon=":material/tune:", width="stretch")
-    with _run.popover:
+    if run.popover is None:
+        run.popover = run.settings.popover("Settings", icon=":material/tune:", width="stretch")
+    with run.popover:
         yield
 
 
@@ -160,20 +158,22 @@ def _page_beside(page: str, by: int) -> str | None:
 def _move(titles: list[str], by: int) -> None:
     """Next (``by`` = 1) or Previous (-1) within the page: the part's next slide, else the next part. A callback:
     it runs before the next run's script."""
-    counts, part, sub = st.session_state.get(COUNTS, {}), st.session_state.get(PART), st.session_state.get(SUB, 0)
+    counts, part = st.session_state.get(keys.COUNTS, {}), st.session_state.get(keys.PART)
+    sub = st.session_state.get(keys.SUB, 0)
     index = titles.index(part) if part in titles else 0
     if 0 <= sub + by < counts.get(part, 1):
-        st.session_state[SUB] = sub + by
+        st.session_state[keys.SUB] = sub + by
     elif 0 <= index + by < len(titles):
-        st.session_state[PART] = titles[index + by]
-        st.session_state[SUB] = counts.get(titles[index + by], 1) - 1 if by < 0 else 0
+        st.session_state[keys.PART] = titles[index + by]
+        st.session_state[keys.SUB] = counts.get(titles[index + by], 1) - 1 if by < 0 else 0
 
 
 def _button(where: DeltaGenerator, by: int, titles: list[str], at_edge: bool) -> None:
     """Previous or Next: a button within the page; at the page's edge, a link to the lesson's page beside it, or
     disabled past the lesson."""
+    run = current()
     label, icon = ("Next", ":material/arrow_forward:") if by > 0 else ("Previous", ":material/arrow_back:")
-    beside = _page_beside(_run.page, by) if at_edge else None
+    beside = _page_beside(run.page, by) if at_edge else None
     if beside:
         where.page_link(beside, label=label, icon=icon, width="stretch")
         return
@@ -184,16 +184,17 @@ def _button(where: DeltaGenerator, by: int, titles: list[str], at_edge: bool) ->
 def navigation(titles: list[str]) -> int:
     """The select box of the page's parts (``part`` in the URL) in the top row, beside Previous and Next (drawn by
     ``finish``); returns the chosen part's index. Arriving from another page opens the first part."""
-    _run.titles = titles
-    if st.session_state.get(PART) not in titles:
-        linked = st.query_params.get(PART)
-        st.session_state[PART] = linked if linked in titles else titles[0]
-        st.session_state[SUB] = 0
+    run = current()
+    run.titles = titles
+    if st.session_state.get(keys.PART) not in titles:
+        linked = st.query_params.get(keys.PART)
+        st.session_state[keys.PART] = linked if linked in titles else titles[0]
+        st.session_state[keys.SUB] = 0
 
     def reset_slide() -> None:
-        st.session_state[SUB] = 0
+        st.session_state[keys.SUB] = 0
 
-    picked = _run.nav[1].selectbox("part", titles, 0, key=PART, bind="query-params", label_visibility="collapsed",
+    picked = run.nav[1].selectbox("part", titles, 0, key=keys.PART, bind="query-params", label_visibility="collapsed",
                                    on_change=reset_slide)
     return titles.index(picked)
 
@@ -205,40 +206,43 @@ def navigation(titles: list[str]) -> int:
 def part_note() -> None:
     """The row under a slide's heading: "part k of n · slide j of m" (filled once the part has drawn), the part's
     notes (``notes``) and its export menu (``export_place``), so that neither takes a slide's height."""
-    note, _run.notes_column, _run.export = st.columns([5, 1.3, 2.6], vertical_alignment="center")
-    _run.note, _run.notes = note.empty(), None
+    run = current()
+    note, run.notes_column, run.export = st.columns([5, 1.3, 2.6], vertical_alignment="center")
+    run.note, run.notes = note.empty(), None
 
 
 def notes() -> DeltaGenerator | None:
     """Where a part's explanatory text goes in presentation mode: one "Notes" popover in the row under its
     heading, however many paragraphs the part has. None outside a part."""
-    if getattr(_run, "places", None) is None:
+    run = current()
+    if run.places is None:
         return None
-    if _run.notes is None:
-        _run.notes = _run.notes_column.popover("Notes", icon=":material/notes:", width="stretch")
-    return _run.notes
+    if run.notes is None:
+        run.notes = run.notes_column.popover("Notes", icon=":material/notes:", width="stretch")
+    return run.notes
 
 
 def export_place() -> DeltaGenerator | None:
     """Where a part's export menu goes in presentation mode (the row under its heading); None elsewhere."""
-    return getattr(_run, "export", None) if presenting() else None
+    return current().export if presenting() else None
 
 
 def drawing_part(title: str, number: int, parts: int, draw: Callable[[], None]) -> None:
     """Draw one part (``number`` of ``parts``) as the current slide: the side-by-side places it asks for
     (``place``) are slides, and only the current one keeps what was drawn in it."""
-    _run.places, _run.discard = 0, []
-    counts = st.session_state.setdefault(COUNTS, {})
+    run = current()
+    run.places, run.discard = 0, []
+    counts = st.session_state.setdefault(keys.COUNTS, {})
     try:
         draw()
     finally:
-        for holder in _run.discard:
+        for holder in run.discard:
             holder.empty()
-        counts[title] = max(1, _run.places)
-        _run.places = None
-    sub = min(st.session_state.get(SUB, 0), counts[title] - 1)
-    st.session_state[SUB] = sub
-    _run.note.caption(f"part {number} of {parts}" + (f" · slide {sub + 1} of {counts[title]}" if counts[title] > 1
+        counts[title] = max(1, run.places)
+        run.places = None
+    sub = min(st.session_state.get(keys.SUB, 0), counts[title] - 1)
+    st.session_state[keys.SUB] = sub
+    run.note.caption(f"part {number} of {parts}" + (f" · slide {sub + 1} of {counts[title]}" if counts[title] > 1
                                                      else ""))
 
 
@@ -250,15 +254,16 @@ def place(parent: DeltaGenerator | None = None) -> DeltaGenerator:
     """A place (in ``parent``, else here) for one of a part's slides: its question, a figure, a table's rows. In
     presentation mode each is a slide of its own (what is drawn in the others is cleared as the part ends);
     elsewhere a plain container."""
+    run = current()
     parent = parent or st
-    if getattr(_run, "places", None) is None:
+    if run.places is None:
         return parent.container()
-    index, _run.places = _run.places, _run.places + 1
-    if index == st.session_state.get(SUB, 0):
+    index, run.places = run.places, run.places + 1
+    if index == st.session_state.get(keys.SUB, 0):
         where = parent.container()
     else:
         holder = parent.empty()
-        _run.discard.append(holder)
+        run.discard.append(holder)
         where = holder.container()
         _hidden.add(where)
     _placed.add(where)
@@ -297,7 +302,7 @@ def pages(rows: int, per_slide: int) -> list[tuple[DeltaGenerator, slice]]:
     """Where each run of ``per_slide`` rows of a ``rows``-row table goes: a slide each (``place``); inside a
     side-by-side place (which is one slide already) only the first run, the caption saying how many rows the slide
     leaves out."""
-    if getattr(_run, "places", None) is None:
+    if current().places is None:
         return [(st.container(), slice(0, rows))]
     runs = [slice(start, min(start + per_slide, rows)) for start in range(0, max(rows, 1), per_slide)]
     if inside_place():  # side by side with a figure, whose place is a slide already

@@ -7,6 +7,7 @@ from urllib.parse import urlencode
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from classroom import keys
 from classroom.page.slides import presenting
 
 
@@ -73,7 +74,7 @@ def clean_url_ints(bounds: dict[str, tuple[int, int]]) -> None:
             st.query_params[key] = str(nearest := low if value < low else high)
             notes.append(f"The link's {key} is outside {low:,}–{high:,}, so {nearest:,} is used.")
     if notes:
-        st.session_state["url_notes"] = notes
+        st.session_state[keys.URL_NOTES] = notes
         st.rerun()
 
 
@@ -85,14 +86,14 @@ def clean_url_text(key: str, most: int) -> None:
     if raw is None or len(raw) <= most or key in st.session_state:
         return
     st.query_params[key] = raw[:most]
-    st.session_state["url_notes"] = [f"The link's {key} is {len(raw):,} characters; its first {most:,} are used."]
+    st.session_state[keys.URL_NOTES] = [f"The link's {key} is {len(raw):,} characters; its first {most:,} are used."]
     st.rerun()
 
 
 def url_notes() -> None:
     """What the link asked for and did not get (a value out of range, a model that is gone, refused sizes), on
     the page above its content, where a student who opened the link reads it; once."""
-    for note in st.session_state.pop("url_notes", []):
+    for note in st.session_state.pop(keys.URL_NOTES, []):
         st.warning(note, icon=":material/link_off:")
 
 

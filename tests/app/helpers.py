@@ -5,6 +5,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from classroom import keys
 from classroom.page.export_menu import export_key
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -65,7 +66,7 @@ def reveal(at: AppTest, key: str) -> tuple[str, str]:
 
     radio = at.radio(key=f"predict {key}")
     radio.set_value(radio.options[0]).run()
-    if at.session_state[f"reveal {key}"]:  # hidden first, where an earlier call revealed it
+    if at.session_state[keys.reveal(key)]:  # hidden first, where an earlier call revealed it
         at.button(key=f"reveal button {key}").click().run()
     before = said()
     at.button(key=f"reveal button {key}").click().run()

@@ -23,6 +23,8 @@ import torch
 from safetensors.torch import save as st_save
 from streamlit.testing.v1 import AppTest
 
+from classroom import keys
+from classroom.model_choice import ModelChoice
 from classroom.state.store import STORE, short_id
 from mechlib import io, zoo
 from mechlib.config import ModelConfig
@@ -45,8 +47,8 @@ def session_with_my_model() -> AppTest:
 
 def assert_my_model_survived(at: AppTest) -> None:
     assert not at.exception, at.exception
-    assert at.session_state["session_models"] == {LABEL: short_id(MINE)} and STORE.get(short_id(MINE)).data == MINE
-    assert at.sidebar.selectbox(key="model").value == LABEL and at.session_state["model_choice"] == ("session", LABEL)
+    assert at.session_state[keys.SESSION_MODELS] == {LABEL: short_id(MINE)} and STORE.get(short_id(MINE)).data == MINE
+    assert at.sidebar.selectbox(key="model").value == LABEL and at.session_state[keys.MODEL_CHOICE] == ModelChoice("stored", short_id(MINE))
     assert any("1 layers × 2 heads" in c.value for c in at.sidebar.caption)  # the sidebar still describes it
 
 
@@ -135,7 +137,7 @@ def test_float64_weights_are_a_good_checkpoint():  # the control beside the refu
     double = tensors(floats_as(torch.float64))
     at.sidebar.file_uploader[0].upload("double.safetensors", double).run()
     assert not at.exception and not at.sidebar.error
-    assert list(at.session_state["session_models"]) == [LABEL, f"uploaded {short_id(double)}: double.safetensors"]
+    assert list(at.session_state[keys.SESSION_MODELS]) == [LABEL, f"uploaded {short_id(double)}: double.safetensors"]
 
 
 class Payload:
@@ -200,14 +202,14 @@ def test_an_odd_file_name_is_kept_as_typed_whether_the_file_is_good_or_bad(case)
     at.sidebar.file_uploader[0].upload(name, OTHER).run()  # the same name on a good file: a model under that name
     assert not at.exception and not at.sidebar.error
     other = f"uploaded {short_id(OTHER)}: {name}"
-    assert list(at.session_state["session_models"]) == [LABEL, other]
+    assert list(at.session_state[keys.SESSION_MODELS]) == [LABEL, other]
     assert at.session_state["model"] == other
     assert any(plain(c.value).endswith(f"{other}; {CFG.n_params():,} parameters, ≈ "
                                        f"{CFG.estimate_mb(batch=1):,.1f} MB with one sequence's activations")
                for c in at.sidebar.caption)
     at.sidebar.selectbox(key="model").set_value(LABEL).run()  # and back to the first: both are kept
-    assert not at.exception and at.session_state["model_choice"] == ("session", LABEL)
-    assert at.session_state["session_models"] == {LABEL: short_id(MINE), other: short_id(OTHER)}
+    assert not at.exception and at.session_state[keys.MODEL_CHOICE] == ModelChoice("stored", short_id(MINE))
+    assert at.session_state[keys.SESSION_MODELS] == {LABEL: short_id(MINE), other: short_id(OTHER)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +289,7 @@ def test_rapid_sidebar_changes_keep_the_session_models():
     at.sidebar.slider(key="layers").set_value(0)
     at.run()  # four changes in one rerun: the smallest model
     assert not at.exception and not at.sidebar.error, [e.value for e in at.sidebar.error]
-    cfg = ModelConfig.from_json(at.session_state["model_choice"][1])
+    cfg = ModelConfig.from_json(at.session_state[keys.MODEL_CHOICE].name)
     assert (cfg.d_model, cfg.d_vocab, cfg.n_ctx, cfg.n_layers) == (16, 2, 1, 0)
     at.sidebar.number_input(key="vocab").set_value(50_000)
     at.sidebar.number_input(key="ctx").set_value(2_048)
@@ -296,8 +298,8 @@ def test_rapid_sidebar_changes_keep_the_session_models():
     at.sidebar.toggle(key="mlp").set_value(True).run()  # five at once, the largest: refused, the last valid sizes stay
     (error,) = [e.value for e in at.sidebar.error]
     assert "above this server's budget" in error and error.endswith("The previous model stays selected.")
-    assert ModelConfig.from_json(at.session_state["model_choice"][1]) == cfg
-    assert at.session_state["session_models"] == {LABEL: short_id(MINE)}
+    assert ModelConfig.from_json(at.session_state[keys.MODEL_CHOICE].name) == cfg
+    assert at.session_state[keys.SESSION_MODELS] == {LABEL: short_id(MINE)}
     at.sidebar.selectbox(key="model").set_value(LABEL).run()
     assert_my_model_survived(at)
 
@@ -405,7 +407,7 @@ def test_a_link_whose_random_sizes_are_refused_opens_the_default_model_and_says_
     (note,) = [w.value for w in at.main.warning]
     assert note.startswith("The random model's sizes are refused: a model of") and "above this server's budget" in note
     assert note.endswith("The default model is shown instead.")
-    assert at.session_state["model_choice"] == ("zoo", "gelu-2l") and not at.sidebar.error and not at.exception
+    assert at.session_state[keys.MODEL_CHOICE] == ModelChoice("zoo", "gelu-2l") and not at.sidebar.error and not at.exception
 
 
 def test_a_zero_layer_model_of_6000_tokens_is_refused_by_its_stated_cost_before_any_table_is_built(monkeypatch):

@@ -4,6 +4,7 @@ Each one gets a message naming what was wrong, and the session's models survive 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from classroom import keys
 from classroom.page.text import literal
 from classroom.state.store import STORE, short_id
 from mechlib import io
@@ -67,7 +68,7 @@ def test_crafted_random_model_sizes_are_clamped_or_dropped(key, raw, field, valu
     assert not at.exception, at.exception
     assert len(warnings(at)) == 1 and f"The link's {key} is " in warnings(at)[0]
     assert at.session_state["model"] == "random"
-    assert getattr(ModelConfig.from_json(at.session_state["model_choice"][1]), field) == value
+    assert getattr(ModelConfig.from_json(at.session_state[keys.MODEL_CHOICE].name), field) == value
 
 
 @pytest.mark.parametrize("asked", ["uploaded: someone-else.safetensors", "zoo: no-such-model", "**bold**"])
@@ -87,7 +88,7 @@ def test_a_link_to_a_model_another_session_trained_lists_and_opens_it_here():
         at = open_link(model=asked)
         assert not at.exception and warnings(at) == []
         assert at.sidebar.selectbox(key="model").value == label
-        assert at.session_state["session_models"] == {label: short_id(data)}  # its id: the store keeps the bytes
+        assert at.session_state[keys.SESSION_MODELS] == {label: short_id(data)}  # its id: the store keeps the bytes
         assert at.query_params["model"] == label
 
 
@@ -120,7 +121,7 @@ def test_an_lstm_checkpoint_is_refused_and_the_uploaded_model_stays():
     assert [e.value for e in at.sidebar.error] == [
         "lstm.safetensors: this is an LSTM checkpoint; the pages study transformers, and the LSTM page uses its own "
         "models. The previous model stays selected."]
-    assert list(at.session_state["session_models"]) == [label]
+    assert list(at.session_state[keys.SESSION_MODELS]) == [label]
     assert at.session_state["model"] == label
     assert any("1 layers × 2 heads" in c.value for c in at.sidebar.caption)
 
@@ -134,7 +135,7 @@ def test_the_uploader_and_mechlib_state_the_same_cap():
 
 def test_the_patterns_page_works_at_the_smallest_vocabulary():
     at = open_link(model=RANDOM, vocab="2")
-    assert ModelConfig.from_json(at.session_state["model_choice"][1]).d_vocab == 2 and warnings(at) == []
+    assert ModelConfig.from_json(at.session_state[keys.MODEL_CHOICE].name).d_vocab == 2 and warnings(at) == []
     at.switch_page("app_pages/patterns.py").run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     shown = shown_checks(at)
@@ -167,7 +168,7 @@ def test_a_crafted_file_name_and_tokenizer_show_as_typed():
     assert f"uploaded {short_id(crafted)}\\: {CRAFTED_SHOWN}" in shown and "**bold**" not in shown and "![" not in shown
     at.sidebar.file_uploader[0].upload(CRAFTED, b"\x80\x04\x95 pickle").run()
     assert [e.value for e in at.sidebar.error][0].startswith(f"{CRAFTED_SHOWN}: this looks like a pickle")
-    assert at.session_state["model"] == label and len(at.session_state["session_models"]) == 1
+    assert at.session_state["model"] == label and len(at.session_state[keys.SESSION_MODELS]) == 1
 
     at.session_state["input"] = "random tokens"
     at.switch_page("app_pages/patterns.py").run()  # the refused file's error stays in the sidebar, the page works

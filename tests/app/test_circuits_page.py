@@ -16,14 +16,7 @@ from mechlib.checks import Check
 from mechlib.config import ModelConfig
 from mechlib.device import costs
 from mechlib.model import Transformer
-from tests.app.helpers import (
-    APP,
-    next_part,
-    open_page,
-    open_page_with_model,
-    reveal,
-    shown_checks,
-)
+from tests.app.helpers import APP, next_part, open_page, open_page_with_model, reveal, shown_checks
 
 REAL_ONE_LAYER = circuits.one_layer
 

@@ -9,6 +9,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from classroom import keys
 from mechlib import equivalence
 from mechlib.checks import Check
 from mechlib.device import costs
@@ -130,7 +131,7 @@ def test_sidebar_random_model_sizes_are_described(app):
     app.sidebar.toggle(key="ln").set_value(True).run()
     assert not app.exception and not app.error
     assert any("1 layers × 8 heads" in c.value and "MLP 512" in c.value for c in app.sidebar.caption)
-    assert '"d_mlp": 512' in app.session_state["model_choice"][1]
+    assert '"d_mlp": 512' in app.session_state[keys.MODEL_CHOICE].name
 
 
 def test_sidebar_refuses_a_memory_busting_model_and_keeps_the_previous(app):
@@ -139,12 +140,12 @@ def test_sidebar_refuses_a_memory_busting_model_and_keeps_the_previous(app):
     app.sidebar.select_slider(key="heads").set_value(16).run()
     app.sidebar.number_input(key="vocab").set_value(50_000).run()
     app.sidebar.slider(key="layers").set_value(4).run()
-    previous = app.session_state["model_choice"]
+    previous = app.session_state[keys.MODEL_CHOICE]
     app.sidebar.number_input(key="ctx").set_value(2048).run()
     assert not app.exception
     assert any("above this server's budget" in e.value and "would need about" in e.value and " MB" in e.value
                and "previous model stays selected" in e.value for e in app.sidebar.error)
-    assert app.session_state["model_choice"] == previous
+    assert app.session_state[keys.MODEL_CHOICE] == previous
     assert [passed for *_, passed in shown_checks(app)] == [True] * 7  # the page itself still works
 
 

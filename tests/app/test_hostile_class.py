@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from classroom import keys
 from classroom import models_folder
 from classroom.state.store import STORE, short_id
 from mechlib import io
@@ -154,7 +155,7 @@ def test_h3_a_session_keeps_its_models_by_id_and_the_process_one_copy():
     for tab in tabs:
         tab.sidebar.file_uploader[0].upload("shared.safetensors", data).run()
         assert not tab.exception, tab.exception
-        assert list(tab.session_state["session_models"].values()) == [short_id(data)]  # an id, not the bytes
+        assert list(tab.session_state[keys.SESSION_MODELS].values()) == [short_id(data)]  # an id, not the bytes
     models = {id(STORE.model(short_id(data)))}
     for tab in tabs:
         tab.switch_page("app_pages/patterns.py").run()

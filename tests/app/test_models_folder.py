@@ -8,6 +8,8 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from classroom import keys
+from classroom.model_choice import ModelChoice
 from classroom import models_folder
 from classroom.admission import BudgetError
 from mechlib import io, zoo
@@ -133,10 +135,9 @@ def test_a_folder_model_over_the_budget_is_refused_with_a_note_and_the_default_s
 
 
 def test_the_reproduce_snippet_loads_the_folder_model_from_its_path(named):
-    from classroom.page.export_menu import model_line
-    key = open_on("folder: tiny-gpt2", "app_pages/patterns.py").session_state["model_choice"]
-    assert key == ("folder", "tiny-gpt2")
-    assert model_line(("folder", str(named / "tiny-gpt2"), (1, 2))) == (
+    key = open_on("folder: tiny-gpt2", "app_pages/patterns.py").session_state[keys.MODEL_CHOICE]
+    assert key == ModelChoice("folder", "tiny-gpt2")
+    assert ModelChoice("folder", str(named / "tiny-gpt2"), (1, 2)).snippet_line() == (
         f"model = zoo.from_folder(Path({str(named / 'tiny-gpt2')!r}))  # from the class's models folder")
     assert torch.equal(zoo.from_folder(named / "tiny-gpt2").embed.W_E,
                        models_folder.load(models_folder.entries()[-1]).embed.W_E)

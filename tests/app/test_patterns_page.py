@@ -153,9 +153,10 @@ def test_a_computation_is_timed_where_it_runs_for_the_next_to_state():
     """A section's computation on the page's model is timed where it runs (a cache hit is not a computation), so the
     next one on that model states the time (``timings``, whose own tests check the sentences)."""
     from classroom import timings
+    from classroom.model_choice import ModelChoice
 
     page(layer=0, head=1)
-    held, took = timings._last[("mechlib.patterns.scores", ("zoo", "gelu-2l"))]
+    held, took = timings._last[("mechlib.patterns.scores", ModelChoice("zoo", "gelu-2l"))]
     assert 0 < took < 60 and held > 0
-    assert timings.expected("mechlib.patterns.scores", ("zoo", "gelu-2l"), held) == (
+    assert timings.expected("mechlib.patterns.scores", ModelChoice("zoo", "gelu-2l"), held) == (
         f"it took {took:,.1f} s on this model last time")

@@ -7,19 +7,8 @@ import io
 import pytest
 import redis
 
-from classroom.live.rooms import (
-    CODE_ALPHABET,
-    CODE_LENGTH,
-    GONE_S,
-    TTL_S,
-    Question,
-    RoomError,
-    Rooms,
-    View,
-    question_id,
-    random_name,
-    typed_code,
-)
+from classroom.live.rooms import (CODE_ALPHABET, CODE_LENGTH, GONE_S, TTL_S, Question, RoomError, Rooms, View,
+                                  question_id, random_name, typed_code)
 from classroom.state.local_kv import LocalKV
 
 

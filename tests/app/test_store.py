@@ -7,16 +7,7 @@ import pytest
 import redis
 
 from classroom.state import store
-from classroom.state.store import (
-    ID_CHARS,
-    MAX_PINNED,
-    PRESET_PINS,
-    TEACHER,
-    LocalStore,
-    RedisStore,
-    StoreError,
-    short_id,
-)
+from classroom.state.store import ID_CHARS, MAX_PINNED, PRESET_PINS, TEACHER, LocalStore, RedisStore, StoreError, short_id
 from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.io import CheckpointError

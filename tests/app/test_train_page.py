@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from classroom import keys
 from classroom.training import local_queue
 from classroom.training.claim import one_per_session
 from classroom.training.door import TRAININGS
@@ -31,7 +32,7 @@ def bar_revealed(at: AppTest) -> str:
 
 def bar_answer(at: AppTest) -> str:
     """What the bar question should reveal: whether any evaluation of this run passed the preset's bar."""
-    return "yes" if any(formed(row) for row in at.session_state["last_trained"]["history"]) else "no"
+    return "yes" if any(formed(row) for row in at.session_state[keys.LAST_TRAINED]["history"]) else "no"
 
 
 def train_page(**state) -> AppTest:
@@ -45,7 +46,7 @@ def test_the_preset_forms_an_induction_circuit_drawn_live_and_offers_it_to_the_c
     at.radio(key="predict bar").set_value("no").run()  # predicted before the run, as the page asks
     at.button[0].click().run(timeout=120)
     assert not at.exception, at.exception
-    last = at.session_state["last_trained"]
+    last = at.session_state[keys.LAST_TRAINED]
     report = last["last"]
     assert last["preset"] and at.session_state["model"] == last["label"] and report.patterns.shape == (2, 1, 33, 33)
     watched = train.watch_sequence(train.INDUCTION_PRESET.cfg.d_vocab, last["length"])  # [1 33]
@@ -104,10 +105,10 @@ def test_a_short_training_run_completes_and_joins_the_sidebar():
     at = train_page(t_d_model=32, t_heads=2, t_ctx=32, t_data="random", t_steps=50)
     at.button[0].click().run()
     assert not at.exception, at.exception
-    last = at.session_state["last_trained"]
-    assert last["label"] in at.session_state["session_models"]
+    last = at.session_state[keys.LAST_TRAINED]
+    assert last["label"] in at.session_state[keys.SESSION_MODELS]
     assert at.session_state["model"] == last["label"]          # the sidebar selected it
-    assert at.session_state["model_choice"][0] == "session"
+    assert at.session_state[keys.MODEL_CHOICE].kind == "stored"
     assert [row["step"] for row in last["history"]][-1] == 50
     assert re.fullmatch(r"trained [a-z2-7]{16}: 2L×2H d32 ctx 32, random tokens with repeats, 50 steps, lr 0\.01, seed 0",
                         last["label"]), last["label"]  # the store's short id, then the settings
@@ -152,7 +153,7 @@ def test_two_trainings_get_two_entries_with_their_settings():
     at.button[0].click().run()
     at.select_slider(key="t_lr").set_value(1e-3).run()
     at.button[0].click().run()
-    labels = list(at.session_state["session_models"])
+    labels = list(at.session_state[keys.SESSION_MODELS])
     assert len(labels) == 2 and "lr 0.01" in labels[0] and "lr 0.001" in labels[1]
     assert at.session_state["model"] == labels[1]
 
@@ -171,7 +172,7 @@ def download_buttons(at: AppTest) -> list[str]:
 def test_invalid_settings_say_why_and_keep_the_last_trained_model_and_its_download(invalid, message):
     at = train_page(**TINY)
     at.button[0].click().run()
-    label = at.session_state["last_trained"]["label"]
+    label = at.session_state[keys.LAST_TRAINED]["label"]
     assert download_buttons(at).count("Download as .safetensors") == 1
     for key, value in invalid.items():
         at.session_state[key] = value
@@ -181,7 +182,7 @@ def test_invalid_settings_say_why_and_keep_the_last_trained_model_and_its_downlo
     assert not at.main.button  # nothing to train with these settings
     assert any(s.value == "The model you trained last" for s in at.subheader)
     assert download_buttons(at).count("Download as .safetensors") == 1
-    assert at.session_state["model"] == label and label in at.session_state["session_models"]
+    assert at.session_state["model"] == label and label in at.session_state[keys.SESSION_MODELS]
 
 
 def spy_on_progress(monkeypatch) -> list[str]:
@@ -219,7 +220,7 @@ def test_a_waiting_training_shows_its_place_and_the_estimated_wait_then_the_time
     at.button[0].click().run()
     holder.join()
     assert not at.exception, at.exception
-    assert len(at.session_state["session_models"]) == 1  # it trained once the slot freed
+    assert len(at.session_state[keys.SESSION_MODELS]) == 1  # it trained once the slot freed
     waiting = [t for t in texts if t and t.startswith("Waiting for a free training slot: position 1 in the queue "
                                                       "(1 of 1 running) · ")]
     unknown = [i for i, t in enumerate(waiting) if t.endswith("no training has finished on this server yet to "
@@ -241,7 +242,7 @@ def test_a_waiting_training_shows_its_place_and_the_estimated_wait_then_the_time
 def test_a_second_training_from_the_same_session_is_refused_while_its_first_holds_a_place(monkeypatch):
     queue = local_queue.TrainingQueue(limit=2)
     monkeypatch.setattr(local_queue, "QUEUE", queue)
-    at = train_page(**{"session id": "this session"}, **TINY)
+    at = train_page(**{keys.SESSION_ID: "this session"}, **TINY)
     inside, release = threading.Event(), threading.Event()
 
     def first():  # this session's earlier run, still holding its claim and its slot (as ``LocalTrainings.train``)
@@ -257,11 +258,11 @@ def test_a_second_training_from_the_same_session_is_refused_while_its_first_hold
     assert [w.value for w in at.warning] == [
         "Not started: this session already has a training running or waiting for a slot; one training per session at "
         "a time. Any press or change on this page stops the earlier one at its next step; press the button again then."]
-    assert "last_trained" not in at.session_state and queue.running == 1  # nothing trained, the slot left free
+    assert keys.LAST_TRAINED not in at.session_state and queue.running == 1  # nothing trained, the slot left free
     release.set()
     earlier.join()
     at.button[0].click().run()  # once it has stopped, the session trains
-    assert not at.warning and len(at.session_state["session_models"]) == 1
+    assert not at.warning and len(at.session_state[keys.SESSION_MODELS]) == 1
 
 
 FLOAT32_REL = 1e-6  # an evaluation on one thread and on two rounds differently in float32's last bits
@@ -305,7 +306,7 @@ def test_each_result_figures_snippet_trains_again_and_rebuilds_its_numbers_withi
         fig = json.loads(namespace["fig"].to_json())
         shown = chart["layout"]["title"]["text"].replace("<br>", " ")  # the page wraps a title to the chart's width
         assert fig["layout"]["title"]["text"] == shown and close(fig["data"], chart["data"]), snippet
-    assert close(namespace["result"].history, at.session_state["last_trained"]["history"])
+    assert close(namespace["result"].history, at.session_state[keys.LAST_TRAINED]["history"])
 
 
 def test_the_bar_question_on_a_short_own_training_and_presentation_mode():

@@ -17,7 +17,8 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from classroom.page import export, layout, slides
+from classroom import keys
+from classroom.page import export, layout
 from tests.app.helpers import APP
 from tests.browser.conftest import wait_for_app
 
@@ -60,21 +61,21 @@ def shown_figures() -> Iterator[tuple[str, int, dict]]:
     seen: set[str] = set()
 
     def new(where: str, at: AppTest) -> Iterator[tuple[str, int, dict]]:
-        room = layout.SLIDE_PX if at.session_state.get(slides.PRESENT) else layout.PAGE_PX
+        room = layout.SLIDE_PX if at.session_state.get(keys.PRESENT) else layout.PAGE_PX
         for spec in _charts(at):
             if (name := f"{where}: {spec['layout'].get('title', {}).get('text', '')}") not in seen:
                 seen.add(name)
                 yield name, room, spec
 
     for page in PAGES:
-        yield from new(f"{page}, reading", _open(page, **{slides.READ: True}))
-        at = _open(page, **{slides.PRESENT: True})
-        for part in at.selectbox(key=slides.PART).options:
-            at.selectbox(key=slides.PART).set_value(part).run()
+        yield from new(f"{page}, reading", _open(page, **{keys.READ: True}))
+        at = _open(page, **{keys.PRESENT: True})
+        for part in at.selectbox(key=keys.PART).options:
+            at.selectbox(key=keys.PART).set_value(part).run()
             _reveal_all(at)
-            for slide in range(at.session_state[slides.COUNTS].get(part, 1)):
+            for slide in range(at.session_state[keys.COUNTS].get(part, 1)):
                 if slide:  # the first is drawn already
-                    at.session_state[slides.SUB] = slide
+                    at.session_state[keys.SUB] = slide
                     at.run()
                     _reveal_all(at)
                 yield from new(f"{page}, {part}, slide {slide + 1}", at)

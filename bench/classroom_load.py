@@ -29,7 +29,6 @@ import hashlib
 import math
 import os
 import random
-import re
 import socket
 import statistics
 import subprocess
@@ -45,7 +44,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from bench import live_class
+from bench import live_class, results
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["equivalence", "patterns", "residual", "circuits-zero", "lstm"]  # circuits-zero: the old Circuits page's first part
@@ -379,8 +378,6 @@ async def measure(url: str, pids: list[int], args) -> dict[str, float]:
     print(f"  {'every move':12s} {len(all_moves):4d} moves  {quantiles(all_moves)} "
           f"({len(all_moves) / (60 * args.minutes):.1f} moves/s)")
     print(f"  {'page opens':12s} {len(stats.opens):4d}        {quantiles(stats.opens)}")
-    if recorded := readme_row(args.clients, args.train):
-        print(f"  README's last recorded figures for this class: {recorded}")
     print(f"  no-op reruns (the control) that changed the output: {stats.noop[0]} of {stats.noop[1]}")
     if trainers:
         print(f"  trainings    {len(stats.trainings):4d}        {quantiles(stats.trainings)} (press to result, "
@@ -399,6 +396,10 @@ async def measure(url: str, pids: list[int], args) -> dict[str, float]:
               f"{after[-1][i]:,.0f} MB {args.settle} s after the students left")
     print(f"  at most {max(counts)} threads in a server process")
     ordered = sorted(all_moves)
+    slowest = max((quantiles(stats.moves[page]).split(" · ")[1] for page in args.pages if stats.moves[page]),
+                  key=lambda text: float(text.split()[1].replace(",", "")), default="none")
+    figures = f"{quantiles(all_moves)} · slowest page's {slowest} · page opens {quantiles(stats.opens).split(' · ')[1]}"
+    report(args, " ".join(figures.split()))
     return {"moves": len(ordered), "p50_s": statistics.median(ordered) if ordered else math.inf,
             "p95_s": ordered[int(0.95 * (len(ordered) - 1))] if ordered else math.inf,
             "max_s": ordered[-1] if ordered else math.inf, "peak_mb": max(m[0] for m in memory),
@@ -422,16 +423,19 @@ def wait_for(port: int, seconds: float = 90) -> None:
     raise RuntimeError(f"nothing listens on port {port} after {seconds} s")
 
 
-def readme_row(clients: int, train: int) -> str:
-    """The README's row of "Running a classroom" for a class this size ("| 30, … |", "| 25, and 5 pressing …"),
-    its cells joined, so that a run prints the figures it should match beside its own; "" when it has none."""
-    students = clients - train
-    for line in (ROOT / "README.md").read_text().splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) == 8 and re.match(rf"{students}\b", cells[0]) and ("preset" in cells[0]) == bool(train):
-            names = ("moves", "p50", "p95", "max", "slowest page's p95", "page opens p95", "memory")
-            return f"{cells[0]}: " + " · ".join(f"{name} {value}" for name, value in zip(names, cells[1:]))
-    return ""
+def report(args, figures: str) -> None:
+    """Print the last recorded figures of this kind of run beside this run's, and record this run's with
+    ``--record``."""
+    if recorded := results.last(bench_name(args)):
+        print(f"  last recorded (bench/RESULTS.md): {recorded}")
+    if args.record:
+        results.record(bench_name(args), figures)
+
+
+def bench_name(args) -> str:
+    """This run's name in bench/RESULTS.md's log: the options that change what is measured."""
+    return ("classroom_load" + " --room" * args.room + f" --clients {args.clients}"
+            + (f" --train {args.train}" if args.train else ""))
 
 
 def main() -> None:
@@ -441,6 +445,7 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=0, help="how many of the clients train")
     parser.add_argument("--pages", type=lambda s: s.split(","), default=PAGES)
     parser.add_argument("--drill", action="store_true")
+    parser.add_argument("--record", action="store_true", help="add this run's figures to bench/RESULTS.md's log")
     parser.add_argument("--room", action="store_true", help="a live class: one teacher, --clients students "
                         "following (bench/live_class.py)")
     parser.add_argument("--settle", type=int, default=30, help="seconds to watch memory after the students leave")

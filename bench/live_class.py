@@ -31,7 +31,7 @@ REVEAL_AFTER_S = (30.0, 40.0)
 START = "Start a class"
 REVEAL = "Reveal to the class"
 ANSWER_LABELS = ("your answer", "your prediction")  # the room's radios: an exercise's, a prediction's
-CLICKER = "follow_the_teacher"  # the component that clicks the page link before it (``classroom.live.live._follow_link``)
+CLICKER = "follow_the_teacher"  # the component that clicks the page link before it (``classroom.live.follow._follow_link``)
 
 
 def settings(query: str) -> tuple:
@@ -301,6 +301,9 @@ async def measure_room(url: str, pids: list[int], args) -> None:
           + ", ".join(f"{100 * share:.1f} % of one core (pid {pid})" for pid, share in idle.items())
           + " (goal: ≤ 20 %)")
     print(f"  the teacher's moves, reply:   {counted(room.teacher_s)}")
+    from bench.classroom_load import report
+    report(args, f"follow {counted(follow_s)} · idle followers' CPU "
+           + ", ".join(f"{100 * share:.1f} % of one core" for share in idle.values()))
     print(f"  the students' answers, reply: {counted(room.answer_s)}")
     print(f"  exceptions shown to the teacher {len(teacher.stats.exceptions)}, errors "
           f"{sum(teacher.stats.errors.values())}")

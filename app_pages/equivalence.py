@@ -1,4 +1,5 @@
-"""Equivalence: concat-then-project equals project-per-head-then-sum (seed 000)."""
+"""Equivalence: concat-then-project equals project-per-head-then-sum (the reading “Transformers (and attention) are
+just fancy addition machines”)."""
 
 import numpy as np
 import pandas as pd

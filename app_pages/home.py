@@ -16,7 +16,8 @@ def lesson_path(minutes: bool = True) -> None:
         st.page_link(step.pages[0], icon=":material/arrow_forward:", label=f"Step {number}: {step.topic}"
                      + (f" ({spent}, {step.lab_minutes} min in the lab)" if minutes else ""))
         if not presenting():
-            st.caption(f"{step.activity} Readings {', '.join(step.readings)}.")
+            st.caption(f"{step.activity} Reading: "
+                       + "; ".join(f"*{lessons.READINGS[key]}*" for key in step.readings) + ".")
 
 
 st.title("Addition Machines")

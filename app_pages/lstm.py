@@ -1,6 +1,7 @@
-"""The LSTM analogy (seed 002): cell state ~ residual stream, input gate ~ patterns, output gate ~ messages,
-computed on two models trained on the same data, and where the analogy breaks: the separating test, and controls
-on the copying task (a two-layer model beside a one-layer model and an LSTM trained the same way)."""
+"""The LSTM analogy (the reading “Mechanistic view of transformers: patterns, messages, residual stream… and LSTMs”):
+cell state ~ residual stream, input gate ~ patterns, output gate ~ messages, computed on two models trained on the
+same data, and where the analogy breaks: the separating test, and controls on the copying task (a two-layer model
+beside a one-layer model and an LSTM trained the same way)."""
 
 import numpy as np
 import pandas as pd

@@ -1,4 +1,5 @@
-"""Patterns and messages: attention = (QKᵀ)(VO). W_QK decides where to look, W_OV what moves (seed 002)."""
+"""Patterns and messages: attention = (QKᵀ)(VO). W_QK decides where to look, W_OV what moves (the reading “Mechanistic
+view of transformers: patterns, messages, residual stream… and LSTMs”)."""
 
 import numpy as np
 import pandas as pd

@@ -1,4 +1,5 @@
-"""The residual stream: every component reads from it and adds to it (seed 002; Elhage et al. 2021)."""
+"""The residual stream: every component reads from it and adds to it (the reading “Mechanistic view of transformers:
+patterns, messages, residual stream… and LSTMs”; Elhage et al. 2021)."""
 
 import numpy as np
 import pandas as pd

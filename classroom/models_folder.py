@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from classroom.admission import MEMORY, require_budget
+from classroom.setting import setting
 from mechlib import hf, io, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
@@ -49,14 +50,8 @@ class Entry:
 
 
 def folder() -> Path | None:
-    """The folder the setting names (the environment first, then Streamlit's secrets), or None."""
-    named = os.environ.get(SETTING, "").strip()
-    if not named:
-        try:
-            import streamlit as st
-            named = str(st.secrets.get("models_folder", "")).strip()
-        except Exception:  # no secrets file, or not under Streamlit: the setting is the environment's alone
-            named = ""
+    """The folder the setting names, or None."""
+    named = setting(SETTING, "models_folder")
     return Path(named).expanduser() if named else None
 
 

@@ -9,10 +9,11 @@ loopback only cannot be reached from another machine at all, and the card says s
 
 import fcntl
 import ipaddress
-import os
 import socket
 import struct
 from urllib.parse import urlsplit
+
+from classroom.setting import setting as from_setting
 
 __all__ = ["SETTING", "setting", "network_address", "join_origin"]
 
@@ -21,14 +22,8 @@ _SIOCGIFADDR = 0x8915  # Linux's ioctl for an interface's IPv4 address: read fro
 
 
 def setting() -> str | None:
-    """The class's public address the setting names (the environment first, then Streamlit's secrets), or None."""
-    if named := os.environ.get(SETTING, "").strip():
-        return named
-    try:
-        import streamlit as st
-        return str(st.secrets.get("public_url", "")).strip() or None
-    except Exception:  # no secrets file, or not under Streamlit: the setting is the environment's alone
-        return None
+    """The class's public address the setting names, or None."""
+    return from_setting(SETTING, "public_url")
 
 
 def network_address() -> str | None:

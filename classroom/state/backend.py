@@ -5,10 +5,10 @@ The setting: the environment variable ``CLASSROOM_REDIS_URL``, else the Streamli
 (``.streamlit/secrets.toml``), for instance ``redis://127.0.0.1:6379/0``."""
 
 import functools
-import os
 
 import redis
 
+from classroom.setting import setting
 from classroom.state.local_kv import LocalKV
 
 __all__ = ["SETTING", "SharedStateError", "redis_url", "client", "kv", "require", "unreachable"]
@@ -22,14 +22,8 @@ class SharedStateError(RuntimeError):
 
 
 def redis_url() -> str | None:
-    """The Redis URL the setting names, or None: the environment first, then Streamlit's secrets."""
-    if url := os.environ.get(SETTING, "").strip():
-        return url
-    try:
-        import streamlit as st
-        return str(st.secrets.get("redis_url", "")).strip() or None
-    except Exception:  # no secrets file, or not under Streamlit: the setting is the environment's alone
-        return None
+    """The Redis URL the setting names, or None."""
+    return setting(SETTING, "redis_url")
 
 
 @functools.cache

@@ -87,3 +87,12 @@ def above_random_bar(mean: float, sd: float, tests: int) -> float:
     if tests < 1:
         raise ValueError(f"tests={tests}: a bar is for one test or more")
     return mean + NormalDist().inv_cdf(1 - FAMILY_ALPHA / tests) * sd
+
+
+# Shapley values (mechlib.shapley, mechlib.token_attribution, mechlib.channels) ----------------------------------------
+__all__ += ["EFFICIENCY_TOLERANCE", "COMPOSITION_DIRECT_SHARE"]
+
+EFFICIENCY_TOLERANCE = {"float32": 1e-6, "float64": 1e-10}  # Σφ against v(N) − v(∅), scaled as ``compare`` scales:
+                          # the values are combined in float64 whatever the model's dtype, so float32's bound is met too
+COMPOSITION_DIRECT_SHARE = 0.25  # a head "works through composition" when its direct-game credit is at most this
+                          # share of its total-game credit: most of what it is worth reaches the logits through others

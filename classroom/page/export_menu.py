@@ -38,7 +38,7 @@ def menu(collected: Collected) -> None:
             svg.download_button("SVG", lambda fig=fig: export.svg(fig), export.file_name(name) + ".svg", "image/svg+xml",
                                 key=f"svg {collected.title} {name}", on_click="ignore", disabled=bool(reason))
             with st.expander("Reproduce in Python"):
-                st.code(collected.snippets[name], language="python")
+                st.code(collected.snippets[name](), language="python")
         if reason:
             st.caption(f"{reason}. The chart's own camera button still saves a PNG at {export.SCALE}× scale.")
         for name, frame in collected.tables.items():
@@ -46,6 +46,7 @@ def menu(collected: Collected) -> None:
                                "text/csv",
                                key=f"csv {collected.title} {name}", on_click="ignore")
         st.download_button("Everything in this section (zip)", lambda: export.bundle(
-            collected.figures, collected.tables, collected.numbers, collected.snippets),
+            collected.figures, collected.tables, collected.numbers,
+            {name: write() for name, write in collected.snippets.items()}),
             export.file_name(collected.title) + ".zip", "application/zip", key=f"zip {collected.title}",
             on_click="ignore", type="primary")

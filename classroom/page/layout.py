@@ -132,7 +132,8 @@ def figure(name: str, builder: Callable[..., go.Figure], *args, **kwargs) -> Non
             "format": "png", "scale": export.SCALE, "filename": export.file_name(name)}})
     if collected is not None:
         collected.figures[name] = shown  # exports match the screen: its size, and slide-sized type when presenting
-        collected.snippets[name] = snippet(part.records(), builder, args, kwargs)
+        records = [level.copy() for level in part.records()]  # as they are now: the part computes on after this
+        collected.snippets[name] = lambda: snippet(records, builder, args, kwargs)  # written when the menu opens
 
 
 _BLOCK = re.compile(r"^([-+*#>])(?= )")  # st.table reads a cell as Markdown: "+ W_pos" became a list item

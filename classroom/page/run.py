@@ -4,7 +4,9 @@ start of each run (``begin``, by the app) and reached through ``current()``: the
 share, instead of attributes set on thread-locals across modules (each session's run has its own thread)."""
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
 import pandas as pd
 import plotly.graph_objects as go
 from streamlit.delta_generator import DeltaGenerator
@@ -20,7 +22,7 @@ class Collected:
 
     title: str
     figures: dict[str, go.Figure] = field(default_factory=dict)
-    snippets: dict[str, str] = field(default_factory=dict)
+    snippets: dict[str, Callable[[], str]] = field(default_factory=dict)  # each written when asked
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     numbers: dict[str, str] = field(default_factory=dict)
     records: Records = field(default_factory=Records)  # the experiments it ran and the values derived from them

@@ -42,6 +42,9 @@ class Records:
     derived: list[tuple[object, Callable, tuple, dict]] = field(default_factory=list)
     given: list[tuple[object, str, str]] = field(default_factory=list)  # (value, its name in code, code that binds it)
 
+    def copy(self) -> "Records":
+        return Records(list(self.calls), list(self.derived), list(self.given))
+
 
 def _path(value, root, depth: int = 3) -> str | None:
     """The attribute or key path from ``root`` to ``value`` by identity (``.composition.scores['K']``), or None."""
@@ -80,13 +83,17 @@ def _literal(value) -> str | None:
     return None
 
 
-def _arguments(call: Call, ids) -> str:
+def _arguments(call: Call, ids, modules: set[str]) -> str:
     """The experiment's arguments as the page passed them, named by its signature where a name helps (``seed=0``):
-    ``model`` first for one on the page's model, ``ids`` for the tokens."""
+    ``model`` first for one on the page's model, ``ids`` for the tokens, a mechlib value (a frozen dataclass such as
+    ``shapley.Metric(right=78, wrong=96)``) by its module, which joins ``modules``."""
     params = list(inspect.signature(call.experiment).parameters)[call.model_key is not None:]
     written, named = ["model"] * (call.model_key is not None), False
     for i, arg in enumerate(call.args):
         text = "ids" if arg is ids else repr(arg)
+        if dataclasses.is_dataclass(arg) and not isinstance(arg, type) and type(arg).__module__.startswith("mechlib."):
+            modules.add(_module(type(arg)))
+            text = f"{_module(type(arg))}.{text}"
         named = i < len(params) and (named or isinstance(arg, PLAIN))  # after a name, every argument is named
         written.append(f"{params[i]}={text}" if named else text)
     return ", ".join(written)
@@ -154,7 +161,7 @@ def snippet(records: list[Records], builder: Callable, args: tuple, kwargs: dict
             lines += call.model_key.snippet_imports() + ["", call.model_key.snippet_line()]
         if ids is not None:
             lines.append(f"ids = {ids!r}")
-        lines.append(f"result = {module}.{call.experiment.__name__}({_arguments(call, ids)})")
+        lines.append(f"result = {module}.{call.experiment.__name__}({_arguments(call, ids, writer.modules)})")
     modules = writer.modules | ({"zoo"} if call is not None and call.model_key is not None else set())
     imports = ["import numpy as np"] * ("np" in modules) + [f"from mechlib import {', '.join(sorted(modules - {'np'}))}"]
     return "\n".join(imports + writer.preamble + lines) + f"\n{fig_line}\nfig.show()"

@@ -528,3 +528,65 @@ def for_slides(fig: go.Figure) -> go.Figure:
                                                                                      / room[axis])))
     slides.update_layout(height=SLIDE_HEIGHT_PX, width=fig.layout.width and round(fig.layout.width * SLIDE_FONT / FONT["size"]))
     return _subplots_title(slides) if slides.layout.title.pad.b else slides  # raised as far as the panels' titles grew
+
+
+# Shapley values: which component, or which input token, gets the credit (the page "Which input, or which mechanism?")
+__all__ += ["SHAPLEY_BARS", "shapley_bars", "token_credit", "attention_row"]
+
+SHAPLEY_BARS = 16  # players drawn one by one at most; past it, the largest by |φ| in either game, the rest as one bar
+ROLE_COLOURS = ("#EF553B", "#00CC96", "#AB63FA", "#FFA15A")  # token_credit's marked positions, in the order given
+OTHER_COLOUR = "#9DB2D6"  # token_credit's unmarked positions
+
+
+def shapley_bars(players: list[str], direct: np.ndarray, total: np.ndarray, direct_errors: np.ndarray,
+                 total_errors: np.ndarray, title: str, axis: str) -> go.Figure:
+    """Each player's Shapley value [player] in the direct and the total game, side by side, in ``axis``'s unit; a
+    sampled game's standard errors [player] as error bars (all zero: exact, none drawn). Of more than SHAPLEY_BARS
+    players, the SHAPLEY_BARS − 1 with the largest |φ| in either game, in the players' order, and the rest summed
+    into one bar (their errors added in quadrature, as independent estimates' would be)."""
+    players, games = list(players), [np.asarray(direct, float), np.asarray(total, float)]
+    errors = [np.asarray(direct_errors, float), np.asarray(total_errors, float)]
+    ticks = [plain(name) for name in players]
+    if len(players) > SHAPLEY_BARS:
+        size = np.maximum(np.abs(games[0]), np.abs(games[1]))
+        kept = np.sort(np.argsort(-size, kind="stable")[: SHAPLEY_BARS - 1])
+        rest = np.setdiff1d(np.arange(len(players)), kept)
+        ticks = [ticks[k] for k in kept] + [f"the other {len(rest)}"]
+        games = [np.append(values[kept], values[rest].sum()) for values in games]
+        errors = [np.append(error[kept], np.sqrt((error[rest] ** 2).sum())) for error in errors]
+    bars = []
+    for name, values, error, colour in zip(("direct game", "total game"), games, errors, ("#636EFA", "#EF553B")):
+        bars.append(go.Bar(x=ticks, y=values, name=name, marker_color=colour,
+                           error_y={"type": "data", "array": error, "visible": True} if np.any(error) else None,
+                           hovertemplate=f"%{{x}}<br>{name}: φ = %{{y:.3f}}<extra></extra>"))
+    return _figure(bars, title, 420, {"xaxis": {"title": "player"}, "yaxis": {"title": axis, "zeroline": True}},
+                   barmode="group", legend=_legend_below())
+
+
+def token_credit(values: np.ndarray, labels: list[str], title: str, axis: str,
+                 marks: dict[int, str] | None = None) -> go.Figure:
+    """One bar per position of a prompt whose tokens are ``labels`` (every position's, <bos> first): ``values``
+    [token] belong to its last len(values) positions (a token attribution leaves <bos> out: its bar is blank). The
+    positions ``marks`` names ({position: role}) are coloured by role, each role in the legend; the rest are one
+    pale colour. One trace holds every bar (a slide thins its ticks by their count); the legend's entries are
+    traces without bars."""
+    first, marks = len(labels) - len(values), marks or {}
+    ticks = [f"{i}: {plain(label)}" for i, label in enumerate(labels)]
+    roles = list(dict.fromkeys(marks.values()))
+    colour = {role: ROLE_COLOURS[k % len(ROLE_COLOURS)] for k, role in enumerate(roles)}
+    named = [plain(marks.get(i, "other tokens")) for i in range(len(labels))]
+    bars = go.Bar(x=ticks, y=[None] * first + [float(value) for value in values], customdata=named,
+                  marker_color=[colour.get(marks.get(i), OTHER_COLOUR) for i in range(len(labels))], showlegend=False,
+                  hovertemplate=f"position %{{x}}<br>%{{customdata}}<br>{axis}: %{{y:.3f}}<extra></extra>")
+    keys = [go.Bar(x=[None], y=[None], name=plain(name), marker_color=shade)
+            for name, shade in [("other tokens", OTHER_COLOUR)] * (len(marks) < len(labels)) + list(colour.items())]
+    return _figure(keys + [bars], title, 400, {"xaxis": {"title": "position: token", "type": "category"},
+                                               "yaxis": {"title": axis, "zeroline": True}},
+                   barmode="overlay", legend=_legend_below())  # overlay: the legend's traces take no bar's room
+
+
+def attention_row(pattern: np.ndarray, query: int, labels: list[str], title: str,
+                  marks: dict[int, str] | None = None) -> go.Figure:
+    """One head's attention [query_pos key_pos] from position ``query`` to each position up to it, drawn as
+    ``token_credit`` draws a token attribution: the same positions, ticks and colours, to set beside it."""
+    return token_credit(pattern[query, : query + 1], labels[: query + 1], title, "attention weight", marks)

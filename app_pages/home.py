@@ -41,7 +41,7 @@ else:
 
     st.subheader("A lesson path")
     prose(f"Each step opens its page at the right section. The {lessons.CLASS_MINUTES}-minute class keeps to the core; "
-          f"the {lessons.LAB_MINUTES}-minute lab adds training and the LSTM analogy. Turn on **Present** (top of every "
+          f"the {lessons.LAB_MINUTES}-minute lab adds Shapley values against the circuit, training and the LSTM analogy. Turn on **Present** (top of every "
           "page) to show one slide per screen: **Next** then walks every slide of the lesson, page after page. Questions "
           "hide their evidence until **Reveal**; **Reading mode** shows everything at once for studying alone. Every "
           "page has **Copy link to this view** for the class to follow.")
@@ -56,8 +56,11 @@ else:
         "internal component computes what, and how?*: which head moves which information, which matrix decides "
         "where it looks, which two heads compose into an algorithm. The pages below take that second question "
         "literally: attention is a sum of per-head terms, each head a pattern times messages, the residual stream "
-        "a ledger those terms add to, and a few heads together a circuit you can find, ablate and watch form."
+        "a ledger those terms add to, and a few heads together a circuit you can find, ablate and watch form. One "
+        "page asks both questions of one prediction, with the same tool: Shapley values over the heads, then over "
+        "the tokens."
     )
+    st.page_link(pages.WHICH_INPUT.file, icon=":material/arrow_forward:")
 
     st.subheader("The pages")
     group = ""

@@ -5,7 +5,7 @@
 from dataclasses import dataclass
 
 from classroom.pages import (CIRCUITS_ONE, CIRCUITS_TWO, CIRCUITS_ZERO, EQUIVALENCE, LSTM, PATTERNS, PHASE_CHANGE,
-                             RESIDUAL, TRAIN)
+                             RESIDUAL, TRAIN, WHICH_INPUT)
 
 READINGS = {
     "000": "Transformers (and attention) are just fancy addition machines",
@@ -28,10 +28,10 @@ class Step:
 
 
 STEPS = (
-    Step("Multi-head attention as a sum", ("000", "001"), (EQUIVALENCE.file,), 10, 20,
+    Step("Multi-head attention as a sum", ("000", "001"), (EQUIVALENCE.file,), 10, 15,
          "Predict whether concat-then-project and the per-head sum differ in float32, then split one output "
          "element into its per-head partial sums."),
-    Step("Patterns and messages", ("002",), (PATTERNS.file,), 10, 20,
+    Step("Patterns and messages", ("002",), (PATTERNS.file,), 10, 15,
          "Predict where a position looks and the rank of W_OV; check that only the products W_QK and W_OV matter."),
     Step("The residual stream", ("002", "003"), (RESIDUAL.file,), 10, 20,
          "Read the ledger that adds up to the final residual, then the logit lens and direct logit attribution."),
@@ -41,6 +41,10 @@ STEPS = (
          "Find the previous-token head, predict which head an ablation breaks, read K-composition."),
     Step("Induction heads forming", ("003",), (PHASE_CHANGE.file,), 5, 10,
          "Scrub through training checkpoints to the phase change; then train one live on the Train page."),
+    Step("Which input, or which mechanism?", ("000", "003"), (WHICH_INPUT.file,), 0, 10,
+         "Share one prediction out among the heads by Shapley values, then among the tokens by SHAP and LIME, and "
+         "set each beside what the circuit does: direct logit attribution, path patching, the induction head's "
+         "attention."),
     Step("Train one yourself", ("003",), (TRAIN.file,), 0, 10,
          "Each group trains the induction preset and shares its link with the class."),
     Step("The LSTM analogy", ("002",), (LSTM.file,), 0, 10,

@@ -47,6 +47,12 @@ PHASE_CHANGE = Page(
     "app_pages/circuits_phase.py", "The phase change", ":material/trending_up:", "phase-change",
     "the phase change: induction heads forming during training, checkpoint by checkpoint",
     "Runs on the training checkpoints of the zoo's `attn-only-2l`; the sidebar's model is not used.", "Circuits")
+WHICH_INPUT = Page(
+    "app_pages/which_input.py", "Which input, or which mechanism?", ":material/balance:", "which-input",
+    "Shapley values over heads beside direct logit attribution and path patching, SHAP and LIME over tokens beside "
+    "the induction head's attention, and a convolution's channels as the heads of W_O",
+    "Runs on the zoo's `attn-only-2l` on a repeated random sequence from the sidebar's seed, or on the sidebar's "
+    "model where it fits.", "Compare and train")
 LSTM = Page(
     "app_pages/lstm.py", "The LSTM analogy", ":material/memory_alt:", "lstm",
     "the LSTM analogy: cell state and residual stream, gates and patterns, and where it breaks",
@@ -59,8 +65,8 @@ TRAIN = Page(
     "Trains a new model, one click for an induction head drawn as it forms; its link works for the whole class.",
     "Compare and train")
 
-PAGES = (HOME, EQUIVALENCE, PATTERNS, RESIDUAL, CIRCUITS_ZERO, CIRCUITS_ONE, CIRCUITS_TWO, PHASE_CHANGE, LSTM,
-         TRAIN)  # in the navigation's order, each group's pages together
+PAGES = (HOME, EQUIVALENCE, PATTERNS, RESIDUAL, CIRCUITS_ZERO, CIRCUITS_ONE, CIRCUITS_TWO, PHASE_CHANGE, WHICH_INPUT,
+         LSTM, TRAIN)  # in the navigation's order, each group's pages together
 
 def at(url_path: str) -> Page:
     """The page at ``url_path`` (its path in the address, "" for the start page)."""

@@ -23,7 +23,8 @@ from tests.app.helpers import APP
 from tests.browser.conftest import wait_for_app
 
 PAGES = ["app_pages/equivalence.py", "app_pages/patterns.py", "app_pages/residual.py", "app_pages/circuits_zero.py",
-         "app_pages/circuits_one.py", "app_pages/circuits_two.py", "app_pages/circuits_phase.py", "app_pages/lstm.py"]
+         "app_pages/circuits_one.py", "app_pages/circuits_two.py", "app_pages/circuits_phase.py", "app_pages/lstm.py",
+         "app_pages/which_input.py"]
 LEADING = 0.15  # of a text's em box, top and bottom, that holds no ink
 SLACK_PX = 1    # two texts whose boxes meet by no more than this do not overlap
 

@@ -47,7 +47,8 @@ from websockets.exceptions import ConnectionClosed
 from bench import live_class, results
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ["equivalence", "patterns", "residual", "circuits-zero", "lstm"]  # circuits-zero: the old Circuits page's first part
+PAGES = ["equivalence", "patterns", "residual", "circuits-zero", "lstm",  # circuits-zero: the old Circuits page's first part
+         "which-input"]  # a warm rerun 0.13–0.21 s (AppTest); each new baseline, metric or seed computes ~8 s once
 MOVES_PER_PAGE = 4
 THINK_S = (2.0, 5.0)
 ARRIVALS_S = (0.0, 30.0)  # students join over the first half minute, as a class does

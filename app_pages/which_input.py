@@ -15,8 +15,8 @@ from classroom.page.questions import predict
 from classroom.page.slides import controls, own_slide
 from classroom.page.text import check_line, literal, verdict
 from classroom.session import part_model
-from mechlib import channels, circuits, data, figures, induction, patching, patterns, residual, shapley
-from mechlib import token_attribution as tokens
+from mechlib import (channels, circuits, data, figures, induction, patching, patterns, residual, shapley,
+                     token_attribution)
 from mechlib.checks import Check, above_random_bar, model_tolerance
 
 PARAMETER_TOKENS_MAX = 1e11  # one part's forward passes × the prompt's positions × the model's parameters: gelu-2l's
@@ -275,7 +275,7 @@ def two_heads() -> None:
 def tokens_as_players() -> None:
     n_tokens = len(ids) - 1
     method = "shapley" if n_tokens <= shapley.EXACT_MAX and 2**n_tokens <= allowed else "shapley sampling"
-    count = sum(tokens.token_evaluations(model, ids, score, how, token_baseline, None, seed)
+    count = sum(token_attribution.token_evaluations(model, ids, score, how, token_baseline, None, seed)
                 for how in (method, "lime"))
     if refused(count, "SHAP and LIME on this prompt together"):
         return
@@ -286,10 +286,10 @@ def tokens_as_players() -> None:
     with own_slide():  # in presentation mode a slide of its own: the slide's type has room for little
         st.caption(forwards_line(count, f"{n_tokens} tokens after <bos>, SHAP "
                                  + ("exact over every coalition" if method == "shapley" else
-                                    f"sampled ({tokens.SAMPLES[method]} random orderings)")
-                                 + f" and LIME ({tokens.SAMPLES['lime']} random coalitions)"))
-        shap = compute(tokens.token_attribution, model, ids, score, method, token_baseline, None, seed, key=key)
-        lime = compute(tokens.token_attribution, model, ids, score, "lime", token_baseline, None, seed, key=key)
+                                    f"sampled ({token_attribution.SAMPLES[method]} random orderings)")
+                                 + f" and LIME ({token_attribution.SAMPLES['lime']} random coalitions)"))
+        shap = compute(token_attribution.token_attribution, model, ids, score, method, token_baseline, None, seed, key=key)
+        lime = compute(token_attribution.token_attribution, model, ids, score, "lime", token_baseline, None, seed, key=key)
         for cell, (what, result) in zip(st.columns(2), (("SHAP", shap), ("LIME", lime))):
             metric(cell, f"{what}: forward passes", f"{result.evaluations:,}",
                    help=f"{result.library}; {result.samples or 'every'} "

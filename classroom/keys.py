@@ -3,6 +3,8 @@ keys read outside their widget. ``own(key)`` tells the two apart: a live class p
 settings (widget keys) and never the app's own keys, so the rule is written once, here, not read off a key's
 spelling."""
 
+from dataclasses import dataclass
+
 # What the app keeps in a session.
 SESSION_ID = "session id"              # str: this session to the server's shared things (``session.session_id``)
 MODEL_CHOICE = "model choice"          # ModelChoice: the sidebar's model (``classroom.model_choice``)
@@ -23,42 +25,28 @@ SUB = "slide"            # the session's slide within that part: a setting a tea
 COUNTS = "slide counts"  # part title -> how many slides it drew last (Next's callback runs before the part draws)
 
 # Families: one key per question, per stored model.
-_REVEAL, _GUESS, _ASKED, _PREDICT, _EXERCISE, _PIN = "reveal ", "guess ", "asked ", "predict ", "exercise ", "pin "
+@dataclass(frozen=True)
+class Family:
+    """Keys ``prefix + name``, one per question (or stored model): ``own`` knows them by their prefix."""
+
+    prefix: str
+    holds: str  # what each key holds, for the reader
+
+    def __call__(self, name: str) -> str:
+        return self.prefix + name
 
 
-def reveal(question: str) -> str:
-    """bool: the question ``question`` is revealed in this session."""
-    return _REVEAL + question
-
-
-def guess(question: str) -> str:
-    """The widget holding this session's answer to ``question``."""
-    return _GUESS + question
-
-
-def asked(question: str) -> str:
-    """(text, options) of the question last asked under ``question``: another one starts unrevealed, unanswered."""
-    return _ASKED + question
-
-
-def predict(question: str) -> str:
-    """The radio of a predict-then-reveal or predict-then-run question."""
-    return _PREDICT + question
-
-
-def exercise(question: str) -> str:
-    """The answer box of an exercise."""
-    return _EXERCISE + question
-
-
-def pin(store_id: str) -> str:
-    """The teacher's pin toggle of the stored model ``store_id``."""
-    return _PIN + store_id
+reveal = Family("reveal ", "bool: the question is revealed in this session")
+guess = Family("guess ", "the widget holding this session's answer to the question")
+asked = Family("asked ", "(text, options) of the question last asked under this key: another starts unrevealed")
+predict = Family("predict ", "the radio of a predict-then-reveal or predict-then-run question")
+exercise = Family("exercise ", "the answer box of an exercise")
+pin = Family("pin ", "the teacher's pin toggle of the stored model with this id")
 
 
 _OWN = {SESSION_ID, MODEL_CHOICE, SESSION_MODELS, SELECT_MODEL, URL_NOTES, REFUSED_UPLOADS, TRAIN_TEXT, LAST_TRAINED,
         BAR_GUESS, ROOM, COUNTS}
-_FAMILIES = (_REVEAL, _GUESS, _ASKED, _PREDICT, _EXERCISE, _PIN)
+_FAMILIES = tuple(family.prefix for family in (reveal, guess, asked, predict, exercise, pin))
 
 # Widget keys read outside their widget (each is also its URL name).
 SEED = "seed"

@@ -76,22 +76,14 @@ evict(id)
 return redis.call('HMGET', key, 'label', 'data')
 """
 
-# ARGV[7]: id. Applies the bounds, then renews the entry's use; nil when there is none.
+# ARGV[7]: id, ARGV[8..]: the fields to return. Applies the bounds, then renews the entry's use; nil when there is
+# none. A link's label alone asks for 'label' (the bytes stay in Redis), a model for 'label' and 'data'.
 _GET = _EVICT + """
 evict('')
 local key = P .. 'ckpt:' .. ARGV[7]
 if redis.call('EXISTS', key) == 0 then return nil end
 redis.call('ZADD', P .. 'used', now, ARGV[7])
-return redis.call('HMGET', key, 'label', 'data')
-"""
-
-# ARGV[7]: id. Applies the bounds, then renews the entry's use; its label, nil when there is none.
-_LABEL = _EVICT + """
-evict('')
-local key = P .. 'ckpt:' .. ARGV[7]
-if redis.call('EXISTS', key) == 0 then return nil end
-redis.call('ZADD', P .. 'used', now, ARGV[7])
-return redis.call('HGET', key, 'label')
+return redis.call('HMGET', key, unpack(ARGV, 8))
 """
 
 # Unpins ARGV[7] (whoever pinned it).
@@ -129,8 +121,8 @@ class RedisEntries:
                  max_pinned: Callable[[str], int], clock: Callable[[], float] = time.time, prefix: str = PREFIX):
         self._client, self._clock, self._prefix, self._max_pinned = client, clock, prefix, max_pinned
         self._bounds = (ttl_s, max_count, max_bytes, per_owner)
-        self._put, self._get, self._label, self._pin, self._unpin, self._count = (
-            client.register_script(script) for script in (_PUT, _GET, _LABEL, _PIN, _UNPIN, _COUNT))
+        self._put, self._get, self._pin, self._unpin, self._count = (
+            client.register_script(script) for script in (_PUT, _GET, _PIN, _UNPIN, _COUNT))
 
     def _args(self, *more) -> list:
         return [self._prefix, self._clock(), *self._bounds, *more]
@@ -143,13 +135,13 @@ class RedisEntries:
 
     def get(self, key: str) -> tuple[str, bytes] | None:
         """(label, data) under ``key`` with its last use renewed, after the bounds are applied; None if there is none."""
-        found = self._get(args=self._args(key))
+        found = self._get(args=self._args(key, "label", "data"))
         return None if found is None else (found[0].decode(), found[1])
 
     def label(self, key: str) -> str | None:
         """``get``'s label alone: its bytes stay in Redis."""
-        label = self._label(args=self._args(key))
-        return None if label is None else label.decode()
+        found = self._get(args=self._args(key, "label"))
+        return None if found is None else found[0].decode()
 
     def pin(self, key: str, holder: str) -> bool:
         """Pin ``key`` for ``holder``, unpinning that holder's oldest pin past ``max_pinned(holder)``; False when

@@ -1,10 +1,11 @@
-"""The whole lesson in presentation mode at a projector's 1280 × 720, walked with Next from the start page
-(bench/slides_walk.py, which also measures 1920 × 1080): no text under 24 px, no question answered before its
-reveal, no scroll to see a question and its answer, no slide taller than the screen, no sideways scroll, a top
-row of at most 80 px, every part of every stop reached. Then the same walk as the teacher of a live class, with a
-student following in a browser of their own: no slide goes blank on either screen, no browser logs an error or
-loses its connection, the student is on every slide the teacher shows and sees no answer before its reveal, the
-join card covers nothing, and the teacher opens the sidebar with a pointer click while presenting."""
+"""The whole lesson in presentation mode at a projector's 1280 × 720, walked with Next from the start page by the
+teacher of a live class, with a student following in a browser of their own (bench/slides_walk.py, which also
+measures 1920 × 1080 and walks without a class): on the teacher's screen no text under 24 px, no question answered
+before its reveal, no scroll to see a question and its answer, no slide taller than the screen, no sideways scroll,
+a top row of at most 80 px, every part of every stop reached; on both screens no slide goes blank, no browser logs
+an error or loses its connection, the student is on every slide the teacher shows and sees no answer before its
+reveal, the join card covers nothing, and the teacher opens the sidebar with a pointer click while presenting.
+One walk checks both: a walk without a class (97 s in CI) checked nothing the class's walk does not."""
 
 import socket
 from urllib.parse import urlsplit
@@ -29,10 +30,6 @@ def assert_slides_fit(report) -> None:
     assert problems == dict.fromkeys(problems, 0), (problems, [(s.where, s.small, s.overflow_px) for s in report.slides
                                                                 if s.small or not s.fits])
     assert counts["smallest font px"] >= 24
-
-
-def test_next_walks_every_part_in_large_type_and_no_slide_gives_its_answer_away(browser, server):
-    assert_slides_fit(walk(browser, server, 1280, 720))
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,11 @@ from classroom.model_choice import ChoiceError, ModelChoice
 from classroom.page.slides import controls
 from classroom.page.text import literal
 from classroom.state.store import STORE, short_id
-from mechlib import data, zoo
+from mechlib import data, io, zoo
 from mechlib.checks import UNK_SHARE_MAX
+from mechlib.io import CheckpointError
 from mechlib.model import Transformer
+from mechlib.sae import SAEConfig
 
 SESSION_MODELS = 8  # trained or uploaded models a session lists; the oldest goes first
 
@@ -65,6 +67,9 @@ def add_session_model(kind: str, name: str, data: bytes, pin: bool = False) -> s
     whoever uploaded or linked it. Returns its label, "trained k3q7m2xa4rbt5wzd: <name>". ``pin`` keeps it in the
     store for this browser while the server runs (the preset's result: the lesson's links name it), within the
     browser's own bound of pins."""
+    if isinstance(io.config(data), SAEConfig):  # a sparse autoencoder is opened on its own page, never as a model
+        raise CheckpointError("this file is a sparse autoencoder, not a model: its link opens it on the page "
+                              "\"Dictionary learning\"")
     stored = STORE.put(kind, name, data, browser_id())
     key = short_id(data)
     if pin:

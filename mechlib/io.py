@@ -1,4 +1,5 @@
-"""Checkpoints: safetensors with the config in the metadata, validated before anything is used.
+"""Checkpoints (of a transformer, an LSTM or a sparse autoencoder): safetensors with the config in the metadata,
+validated before anything is used.
 
 Never unpickles. Every failure raises ``CheckpointError`` with a sentence a student can act on;
 a file that fails validation changes nothing (no model is built from it).
@@ -7,7 +8,6 @@ a file that fails validation changes nothing (no model is built from it).
 import json
 import math
 import os
-import struct
 import tempfile
 from pathlib import Path
 
@@ -19,8 +19,10 @@ from mechlib.config import ModelConfig
 from mechlib.data import Tokenizer, tokenizer_from_json
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
+from mechlib.sae import SAE, SAEConfig
 
-ARCHITECTURES = {"transformer": (Transformer, ModelConfig, "embed.W_E"), "lstm": (LSTM, LSTMConfig, "W_E")}
+ARCHITECTURES = {"transformer": (Transformer, ModelConfig, "embed.W_E"), "lstm": (LSTM, LSTMConfig, "W_E"),
+                 "sae": (SAE, SAEConfig, "W_enc")}  # a sparse autoencoder: its config names the model and hook it reads
 
 __all__ = ["CheckpointError", "save", "to_bytes", "write_atomic", "load", "config", "MAX_BYTES", "FORMAT"]
 
@@ -35,10 +37,10 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message says why and what to do."""
 
 
-def to_bytes(model: Transformer | LSTM) -> bytes:
+def to_bytes(model: Transformer | LSTM | SAE) -> bytes:
     """The model as safetensors bytes: weights, architecture, config and (when it has one) tokenizer."""
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    architecture = "lstm" if isinstance(model, LSTM) else "transformer"
+    architecture = next(name for name, (kind, _, _) in ARCHITECTURES.items() if isinstance(model, kind))
     metadata = {"format": FORMAT, "architecture": architecture, "config": model.cfg.to_json()}
     if getattr(model, "tokenizer", None) is not None:
         metadata["tokenizer"] = model.tokenizer.to_json()
@@ -55,7 +57,7 @@ def _sorted_header(data: bytes) -> bytes:
     return data[:8] + header.ljust(length) + data[8 + length :]
 
 
-def save(model: Transformer | LSTM, path: str | Path) -> None:
+def save(model: Transformer | LSTM | SAE, path: str | Path) -> None:
     """Write ``model`` to ``path`` atomically (a temporary file, then a rename)."""
     write_atomic(Path(path), to_bytes(model))
 
@@ -75,7 +77,7 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.unlink(tmp)
 
 
-def load(source: str | Path | bytes) -> Transformer | LSTM:
+def load(source: str | Path | bytes) -> Transformer | LSTM | SAE:
     """A model from a checkpoint's path or bytes, after checking, in this order and before anything is built:
     header, config (bounded), the weights its config needs against the file's size, the header's names and
     shapes, then dtypes and finiteness. Raises ``CheckpointError``, whatever the file holds."""
@@ -97,20 +99,20 @@ def load(source: str | Path | bytes) -> Transformer | LSTM:
                               f"{str(error)[:120]}); it is damaged or was not saved by mechlib.io.save") from None
 
 
-def config(data: bytes) -> ModelConfig | LSTMConfig:
+def config(data: bytes) -> ModelConfig | LSTMConfig | SAEConfig:
     """The config of the checkpoint ``data``, read from its header alone (checked as ``load`` checks it): what a
     caller needs to know the model's size before anything is built. Raises ``CheckpointError``."""
     return _architecture_and_config(_read_header(data)[0])[1]
 
 
-def _architecture_and_config(metadata: dict[str, str]) -> tuple[str, ModelConfig | LSTMConfig]:
+def _architecture_and_config(metadata: dict[str, str]) -> tuple[str, ModelConfig | LSTMConfig | SAEConfig]:
     architecture = metadata.get("architecture", "transformer")
     if architecture not in ARCHITECTURES:
         raise CheckpointError(f"the checkpoint's architecture {architecture[:40]!r} is not one this app knows")
     return architecture, _read_config(metadata, ARCHITECTURES[architecture][1])
 
 
-def _build(data: bytes) -> Transformer | LSTM:
+def _build(data: bytes) -> Transformer | LSTM | SAE:
     """The model of ``data``: built on the meta device and given the checkpoint's tensors, so no weight is drawn at
     random only to be overwritten."""
     metadata, entries, start = _read_header(data)
@@ -133,7 +135,7 @@ def _build(data: bytes) -> Transformer | LSTM:
     return model
 
 
-def _check_size(cfg: ModelConfig | LSTMConfig, n_bytes: int) -> None:
+def _check_size(cfg: ModelConfig | LSTMConfig | SAEConfig, n_bytes: int) -> None:
     """Each weight a config needs takes at least 2 bytes (float16, itself refused later by its dtype): more than
     the file holds, and the config is refused before any model, even on the meta device, is built from it."""
     weights = cfg.n_params()
@@ -192,7 +194,7 @@ def _read_header(data: bytes) -> tuple[dict[str, str], dict[str, safetensors_rea
         raise _not_safetensors(data, str(error)) from None
 
 
-def _read_config(metadata: dict[str, str], config_class: type) -> ModelConfig | LSTMConfig:
+def _read_config(metadata: dict[str, str], config_class: type) -> ModelConfig | LSTMConfig | SAEConfig:
     if metadata.get("format") != FORMAT or "config" not in metadata:
         raise CheckpointError("the file is safetensors but was not saved by Addition Machines (no model config in its "
                               "metadata); save it with mechlib.io.save")
@@ -204,7 +206,7 @@ def _read_config(metadata: dict[str, str], config_class: type) -> ModelConfig | 
         raise CheckpointError(f"the checkpoint's model config is invalid: {error}") from None
 
 
-def _read_tokenizer(metadata: dict[str, str], cfg: ModelConfig | LSTMConfig) -> Tokenizer | None:
+def _read_tokenizer(metadata: dict[str, str], cfg: ModelConfig | LSTMConfig | SAEConfig) -> Tokenizer | None:
     if "tokenizer" not in metadata:
         return None
     try:

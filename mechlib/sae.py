@@ -24,33 +24,53 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from mechlib.config import JsonConfig, whole
+from mechlib.shared import Shareable
+
 __all__ = ["ACTIVATIONS", "SAEConfig", "SAE", "SAEStats", "sae_stats", "initialised", "train_sae", "sae_mb"]
 
 ACTIVATIONS = ("relu", "topk")
+LIMITS = {"d_in": (1, 32768), "d_sae": (1, 1 << 20)}
+NAME_CHARS = 200  # a hook's or a model's name, at most
 
 
 @dataclass(frozen=True)
-class SAEConfig:
+class SAEConfig(JsonConfig):
+    """An SAE's sizes and sparsity, and what it reads: a checkpoint's metadata holds it as JSON (``mechlib.io``)."""
+
     d_in: int                    # width of the activations it reads (d_model for a residual stream, d_mlp for neurons)
     d_sae: int                   # latents: the dictionary's size
     activation: str = "topk"     # one of ACTIVATIONS
     k: int = 16                  # "topk": latents kept per activation
     l1_coefficient: float = 1.0  # "relu": λ, the L1 penalty's weight
     hook_name: str = ""          # the TransformerLens hook it reads ("blocks.0.hook_resid_post"); "" for a toy's hidden
+    model_name: str = ""         # the model whose activations it was trained on ("attn-only-2l"); "" for a toy's
 
     def __post_init__(self) -> None:
+        for name, (low, high) in LIMITS.items():
+            whole(name, getattr(self, name), low, high)
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, not {self.activation!r}")
-        if self.d_in < 1 or self.d_sae < 1:
-            raise ValueError(f"an SAE needs d_in ≥ 1 and d_sae ≥ 1, not {self.d_in} and {self.d_sae}")
-        if self.activation == "topk" and not 1 <= self.k <= self.d_sae:
-            raise ValueError(f"TopK needs 1 ≤ k ≤ d_sae = {self.d_sae}, not k = {self.k}")
-        if self.activation == "relu" and not self.l1_coefficient >= 0:
-            raise ValueError(f"the L1 coefficient must be ≥ 0, not {self.l1_coefficient}")
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, not {str(self.activation)[:40]!r}")
+        if self.activation == "topk":
+            whole("k", self.k, 1, self.d_sae)
+        if not isinstance(self.l1_coefficient, int | float) or not 0 <= self.l1_coefficient < float("inf"):
+            raise ValueError(f"the L1 coefficient must be a number ≥ 0, not {str(self.l1_coefficient)[:40]}")
+        for name in ("hook_name", "model_name"):
+            if not isinstance(getattr(self, name), str) or len(getattr(self, name)) > NAME_CHARS:
+                raise ValueError(f"{name} must be a string of at most {NAME_CHARS} characters")
+
+    def n_params(self) -> int:
+        """W_enc, W_dec and the two biases."""
+        return 2 * self.d_in * self.d_sae + self.d_sae + self.d_in
+
+    def estimate_mb(self, batch: int, bytes_per_number: int = 4) -> float:
+        """Weights, and one batch of ``batch`` activations' pre-activations, latents and reconstructions, in MB."""
+        return (self.n_params() + batch * (2 * self.d_sae + 2 * self.d_in)) * bytes_per_number / 1e6
 
 
-class SAE(nn.Module):
-    """A sparse autoencoder with ``cfg.d_sae`` latents over ``cfg.d_in``-wide activations."""
+class SAE(Shareable):
+    """A sparse autoencoder with ``cfg.d_sae`` latents over ``cfg.d_in``-wide activations; shared read-only between
+    sessions as a model is (``Shareable``)."""
 
     def __init__(self, cfg: SAEConfig):
         super().__init__()

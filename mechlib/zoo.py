@@ -22,6 +22,7 @@ from mechlib.bounded import Bounded
 from mechlib.device import DEVICE
 from mechlib.lstm import LSTM, LSTMConfig
 from mechlib.model import Transformer
+from mechlib.sae import SAE
 
 __all__ = ["Model", "random_model", "from_checkpoint", "stored", "sweep", "folder_weights", "from_folder", "LIMITS", "cache_mb", "model_mb", "Recipe", "RECIPES", "names", "load",
            "snapshot_steps", "load_snapshot", "history"]
@@ -76,8 +77,8 @@ def from_checkpoint(data: bytes) -> tuple[str, Model]:
     return digest, stored(digest, lambda: data)
 
 
-def stored(key: str, read: Callable[[], bytes]) -> Model:
-    """The shared read-only model of the checkpoint named ``key`` (a content hash: one name, one checkpoint), its
+def stored(key: str, read: Callable[[], bytes]) -> Model | SAE:
+    """The shared read-only model (or sparse autoencoder) of the checkpoint named ``key`` (a content hash: one name, one checkpoint), its
     bytes asked of ``read()`` only when it is not cached here: a server's sessions share one model however many
     of them open it, and its bytes cross from a store elsewhere (Redis) once. Raises ``io.CheckpointError``."""
     return _cached(("upload", key, str(DEVICE)), lambda: io.load(read()))

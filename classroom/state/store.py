@@ -23,6 +23,7 @@ from classroom.state import backend, redis_store
 from mechlib import io, zoo
 from mechlib.bounded import Bounded
 from mechlib.io import MAX_BYTES, CheckpointError
+from mechlib.sae import SAE
 
 ID_CHARS = 16           # base32 letters of the content's sha256: 80 bits. 40 bits fell to a birthday search in 10 minutes
 MAX_COUNT = 64
@@ -106,10 +107,23 @@ class CheckpointStore:
             raise self._missing(key)
         return label
 
-    def model(self, key: str):
+    def model(self, key: str) -> zoo.Model:
         """The shared read-only model of the checkpoint ``key``: one per process for every session that studies it,
-        its bytes read from the store only when it is not built here (``zoo.stored``). Raises ``StoreError``."""
-        return zoo.stored(key, lambda: self.get(key).data)
+        its bytes read from the store only when it is not built here (``zoo.stored``). Raises ``StoreError``, also
+        when ``key`` names a sparse autoencoder."""
+        built = zoo.stored(key, lambda: self.get(key).data)
+        if isinstance(built, SAE):
+            raise StoreError(f"{key} names a sparse autoencoder, not a model: it opens on the page "
+                             "\"Dictionary learning\"")
+        return built
+
+    def sae(self, key: str) -> SAE:
+        """The shared read-only sparse autoencoder of the checkpoint ``key`` (``model``'s twin). Raises
+        ``StoreError``, also when ``key`` names a model."""
+        built = zoo.stored(key, lambda: self.get(key).data)
+        if not isinstance(built, SAE):
+            raise StoreError(f"{key} names a model, not a sparse autoencoder")
+        return built
 
     def _missing(self, key: str) -> StoreError:
         return StoreError(f"no model with id {key} is kept on this server: it was never made here, or it expired "

@@ -5,6 +5,7 @@ import uuid
 
 import pytest
 import redis
+import torch
 
 from classroom.state import store
 from classroom.state.store import ID_CHARS, MAX_PINNED, PRESET_PINS, TEACHER, LocalStore, RedisStore, StoreError, short_id
@@ -12,6 +13,7 @@ from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.io import CheckpointError
 from mechlib.model import Transformer
+from mechlib.sae import SAEConfig, train_sae
 
 
 def checkpoint(seed: int) -> bytes:
@@ -172,3 +174,16 @@ def test_a_checkpoint_above_the_memory_budget_is_refused_from_its_header_before_
                                               r"parameters would need about 0 MB, above this server's budget of 0 MB"):
         Store().put("uploaded", "mine.safetensors", data, "browser a")
     assert built == []
+
+
+def test_a_sparse_autoencoder_is_kept_like_a_model_and_never_opens_as_one(Store):
+    sae = train_sae(torch.randn(200, 16), SAEConfig(16, 32, k=2, model_name="attn-only-2l"), 3, batch_size=32)
+    store, data = Store(), io.to_bytes(sae)
+    key = short_id(data)
+    store.put("sae", "attn-only-2l", data, "teacher")
+    assert store.sae(key).cfg == sae.cfg and store.sae(key).read_only
+    with pytest.raises(StoreError, match="names a sparse autoencoder, not a model"):
+        store.model(key)
+    store.put("trained", "2L×4H", model := checkpoint(0), "teacher")
+    with pytest.raises(StoreError, match="names a model, not a sparse autoencoder"):
+        store.sae(short_id(model))

@@ -12,6 +12,7 @@ from safetensors.torch import save as st_save
 from mechlib import io, zoo
 from mechlib.config import ModelConfig
 from mechlib.model import Transformer
+from mechlib.sae import SAEConfig, train_sae
 
 CFG = ModelConfig(n_layers=2, d_model=16, n_heads=4, d_vocab=23, n_ctx=8, d_mlp=32, normalization="LN", seed=5)
 
@@ -171,3 +172,37 @@ def test_the_same_model_gives_the_same_bytes_every_time():
     first = io.to_bytes(model)
     assert all(io.to_bytes(model) == first for _ in range(5))
     assert io.load(first).tokenizer.to_json() == model.tokenizer.to_json()
+
+
+def sparse_autoencoder(d_in: int = 16, d_sae: int = 48):
+    acts = torch.randn(400, d_in, generator=torch.Generator().manual_seed(0))
+    return train_sae(acts, SAEConfig(d_in, d_sae, k=4, hook_name="blocks.0.hook_resid_post",
+                                     model_name="attn-only-2l"), 5, batch_size=64), acts
+
+
+def test_a_sparse_autoencoder_round_trips_with_its_config_and_reconstructs_exactly():
+    sae, acts = sparse_autoencoder()
+    loaded = io.load(io.to_bytes(sae))
+    assert loaded.cfg == sae.cfg and loaded.read_only is False
+    assert torch.equal(loaded(acts), sae(acts))  # the same weights, the same latents, bit for bit
+    assert io.config(io.to_bytes(sae)) == sae.cfg
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("d_sae", 10**12, "d_sae=1000000000000 is out of range"),
+    ("k", 0, "k=0 is out of range"),
+    ("activation", "gated", "activation must be one of"),
+    ("l1_coefficient", -1, "the L1 coefficient must be a number ≥ 0"),
+    ("hook_name", "x" * 300, "hook_name must be a string of at most 200 characters"),
+])
+def test_a_sparse_autoencoders_config_is_checked_before_anything_is_built(field, value, message):
+    sae, _ = sparse_autoencoder()
+    data = io.to_bytes(sae)
+    length = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + length])
+    config = json.loads(header["__metadata__"]["config"])
+    config[field] = value
+    header["__metadata__"]["config"] = json.dumps(config)
+    text = json.dumps(header).encode()
+    with pytest.raises(io.CheckpointError, match=re.escape(message)):
+        io.load(struct.pack("<Q", len(text)) + text + data[8 + length:])

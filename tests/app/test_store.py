@@ -8,7 +8,16 @@ import redis
 import torch
 
 from classroom.state import store
-from classroom.state.store import ID_CHARS, MAX_PINNED, PRESET_PINS, TEACHER, LocalStore, RedisStore, StoreError, short_id
+from classroom.state.store import (
+    ID_CHARS,
+    MAX_PINNED,
+    PRESET_PINS,
+    TEACHER,
+    LocalStore,
+    RedisStore,
+    StoreError,
+    short_id,
+)
 from mechlib import io
 from mechlib.config import ModelConfig
 from mechlib.io import CheckpointError

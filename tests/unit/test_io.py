@@ -1,8 +1,8 @@
 """Checkpoints: exact round trips, and one clear error type for every bad file."""
 
 import json
-import re
 import pickle
+import re
 import struct
 
 import pytest

@@ -26,8 +26,15 @@ per chunk of coalitions) for up to ``EXACT_MAX`` players; above that, the mean o
 player adds to the players before it (permutation sampling), with a standard error per value. Both satisfy efficiency,
 Σφ = v(N) − v(∅) (each ordering telescopes). The Shapley interaction index of two players (Grabisch & Roubens 1999),
 I_ij = Σ_{S ⊆ N∖{i,j}} |S|!(n−|S|−2)!/(n−1)! · (v(S∪{i,j}) − v(S∪{i}) − v(S∪{j}) + v(S)), is what they are worth
-together beyond what each is worth alone. Values are combined in float64. Every run is functional
+together beyond what each is worth alone; two heads "work only together" (``together``) when I_ij is a large share
+of their own credit and large in nats. Values are combined in float64. Every run is functional
 (``Transformer.forward``'s ``patch``): the shared model is not touched.
+
+Cost is counted before anything runs, as forward passes × the prompt's positions × the model's parameters
+(``shapley_cost``). ``permutations_within`` chooses how many orderings fit a cap (``COST_MAX`` unless told), and
+``prompt_length`` shortens the induction prompt of a model too large for ``PERMUTATIONS`` orderings at the scored
+length (GPT-2 small: 157 players, 163 M parameters), so that a game of such a model runs within the cap, its standard
+errors printed, rather than being refused.
 """
 
 import time
@@ -39,23 +46,41 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from mechlib import residual
 from mechlib.attention import per_head_results
-from mechlib.checks import COMPOSITION_DIRECT_SHARE, EFFICIENCY_TOLERANCE, Check, compare
+from mechlib.checks import (
+    COMPOSITION_DIRECT_SHARE,
+    DIRECT_GAME_TOLERANCE,
+    EFFICIENCY_TOLERANCE,
+    TOGETHER_MIN,
+    TOGETHER_SHARE_MIN,
+    Check,
+    above_random_bar,
+    compare,
+)
 from mechlib.circuits import head_label
 from mechlib.data import bos_id, builtin_text, eval_length, random_ids
 from mechlib.device import costs
+from mechlib.induction import MIN_LENGTH
 from mechlib.model import LN_EPS, Cache, Transformer
 from mechlib.patching import corrupted_pair
 
-__all__ = ["EXACT_MAX", "PERMUTATIONS", "CHUNK_MB", "MEAN_BATCH", "MEAN_LENGTH", "BASELINES", "GAMES", "DIRECT_PATH",
+__all__ = ["EXACT_MAX", "PERMUTATIONS", "COST_MAX", "CHUNK_MB", "MEAN_BATCH", "MEAN_LENGTH", "BASELINES", "GAMES",
+           "DIRECT_PATH",
            "Metric", "InductionPrompt", "induction_prompt", "players", "HeadGame", "head_game", "final_norm", "chunk_rows",
            "coalition_values",
            "coalitions", "exact_shapley", "exact_interaction", "sampled_shapley", "sampled_interaction", "GameValues",
            "HeadShapley", "shapley_evaluations", "shapley_mb", "shapley", "Interaction", "interaction_evaluations",
-           "interaction_mb", "interaction"]
+           "interaction_mb", "interaction", "shapley_cost", "permutations_within", "prompt_length",
+           "player_attribution", "direct_game_check", "Together", "together"]
 
 EXACT_MAX = 16       # players up to which every coalition is evaluated (2^16 = 65,536); above, orderings are sampled
 PERMUTATIONS = 16    # orderings sampled when the caller names no number and there are more than EXACT_MAX players
+COST_MAX = 3e12      # forward passes × positions × parameters one game may cost (``permutations_within``): at the
+                     # 1.5–2.5e11 parameter-positions per second GPT-2 small's forward passes ran on 2 idle CPU cores
+                     # (batches of 8 to 40 positions), 12–20 s. GPT-2 small gets 16 orderings of a 6-token prompt
+                     # (2.45e12): 9.7–9.9 s on 2 threads of the shared 2-core machine at a load average of 2
+                     # (bench/shapley_speed.py); at 4–5, 28–29 s on one thread and 83–89 s on two
 CHUNK_MB = 512       # coalitions run at once: as many as this many MB of one forward's activations hold
 MEAN_BATCH, MEAN_LENGTH = 16, 32  # the "mean" baseline averages over this many windows of this many tokens
 BASELINES = ("zero", "mean", "resample")
@@ -108,9 +133,10 @@ class InductionPrompt:
     metric: Metric              # logit(r's last token) − logit(the corrupted segment's latest token that differs)
 
 
-def induction_prompt(d_vocab: int, n_ctx: int, seed: int = 0) -> InductionPrompt:
-    """``patching.corrupted_pair``'s first sequence, less its last token, at the scored length (``eval_length``)."""
-    length = eval_length(n_ctx)
+def induction_prompt(d_vocab: int, n_ctx: int, seed: int = 0, length: int | None = None) -> InductionPrompt:
+    """``patching.corrupted_pair``'s first sequence, less its last token, of segments of ``length`` tokens (the
+    scored length, ``eval_length``, unless told; ``prompt_length`` shortens it for a large model)."""
+    length = length or eval_length(n_ctx)
     clean, corrupted = (tokens[0].tolist() for tokens in corrupted_pair(d_vocab, length, 1, seed))
     right = clean[-1]
     wrong = next((t for t in reversed(corrupted[1:length + 1]) if t != right), (right + 1) % d_vocab)
@@ -418,6 +444,22 @@ class HeadShapley:
         return self.total.values[k] > 0 and self.direct.values[k] <= self.share_max * self.total.values[k]
 
     @property
+    def pair(self) -> tuple[str, str]:
+        """The circuit the games point to, (sender, receiver): the receiver is the head after the first layer with
+        the most direct-game credit (it writes the prediction), the sender the head in an earlier layer whose
+        total-game credit exceeds its direct credit the most (what it is worth reaches the logits through later
+        heads). On attn-only-2l: L0H1 → L1H3 on seeds 0–3, the strongest K path patching finds. ("", "") without
+        two layers of heads."""
+        layer = {k: int(name[1:].split("H")[0]) for k, name in enumerate(self.players)
+                 if name != DIRECT_PATH and not name.endswith("MLP")}
+        later = [k for k in layer if layer[k] > 0]
+        if not later:
+            return "", ""
+        receiver = max(later, key=lambda k: self.direct.values[k])
+        sender = max((k for k in layer if layer[k] < layer[receiver]), key=lambda k: self.gaps[k])
+        return self.players[sender], self.players[receiver]
+
+    @property
     def passed(self) -> bool:
         """Efficiency holds in both games."""
         return self.direct.efficiency.passed and self.total.efficiency.passed
@@ -466,6 +508,72 @@ def shapley(model: Transformer, ids: tuple[int, ...], metric: Metric, baseline: 
     direct, total = (_play(game, kind, permutations, seed) for kind in GAMES)
     return HeadShapley(game.players, game.metric.label, game.baseline, direct, total,
                        1 + game.baseline_rows + total.evaluations, time.perf_counter() - start, COMPOSITION_DIRECT_SHARE)
+
+
+def shapley_cost(model: Transformer, positions: int, baseline: str = "zero", permutations: int | None = None) -> float:
+    """The stated cost of ``shapley`` on a prompt of ``positions`` tokens: its forward passes
+    (``shapley_evaluations``; the baseline's rows counted at the prompt's length) × positions × the model's
+    parameters (``ModelConfig.n_params``)."""
+    passes = 1 + _baseline_rows(baseline) + _coalition_count(len(players(model)), permutations)
+    return float(passes) * positions * model.cfg.n_params()
+
+
+def permutations_within(model: Transformer, positions: int, baseline: str = "zero", cap: float = COST_MAX
+                        ) -> int | None:
+    """What ``shapley``'s ``permutations`` may be so that its cost (``shapley_cost``) stays within ``cap``: None when
+    every coalition fits (up to EXACT_MAX players), else the most orderings that fit, PERMUTATIONS at most; below 2
+    when not even two fit (no standard error): the caller refuses."""
+    n = len(players(model))
+    if n <= EXACT_MAX and shapley_cost(model, positions, baseline) <= cap:
+        return None
+    passes = int(cap // (positions * model.cfg.n_params())) - 1 - _baseline_rows(baseline) - 2  # ∅ and N, once
+    return max(0, min(PERMUTATIONS, passes // max(1, n - 1)))
+
+
+def prompt_length(model: Transformer, cap: float = COST_MAX) -> int:
+    """The induction prompt's segment length for ``model``: the scored length (``eval_length``), or, where the zero
+    baseline's game there fits fewer than PERMUTATIONS orderings within ``cap``, the longest shorter one where they
+    fit, induction.MIN_LENGTH at the least (where it may still fit fewer; the scored length when that is shorter)."""
+    scored = eval_length(model.cfg.n_ctx)
+    for length in range(scored, MIN_LENGTH - 1, -1):
+        fitting = permutations_within(model, 2 * length, "zero", cap)  # <bos> r r[:-1]: 2 · length positions
+        if fitting is None or fitting >= PERMUTATIONS:
+            return length
+    return min(MIN_LENGTH, scored)
+
+
+@costs(residual.ledger_mb, "direct logit attribution of every component")
+def player_attribution(model: Transformer, ids: tuple[int, ...], metric: Metric) -> np.ndarray:
+    """Direct logit attribution (``residual.attribution``) of the logit difference ``metric`` at the last of ``ids``,
+    gathered as the game's players [player]: the direct path is the token and positional embeddings, an MLP its
+    output with its bias; the other biases are no players."""
+    if not metric.linear:
+        raise ValueError("direct logit attribution shares out a logit difference: Metric(right, wrong)")
+    dla = residual.attribution(model, ids, len(ids) - 1, metric.right, metric.wrong)
+    share = dict(zip(dla.labels, dla.shares))
+    return np.array([share.get("embed", 0.0) + share.get("pos_embed", 0.0) if player == DIRECT_PATH
+                     else share[player] + share.get(f"{player} bias", 0.0) if player.endswith("MLP")
+                     else share[player] for player in players(model)])
+
+
+def direct_game_check_mb(model: Transformer, ids: tuple[int, ...], *_) -> float:
+    """What ``direct_game_check`` holds beside the weights, in MB: the game's full run and the attribution's ledger."""
+    return model.cfg.activations_mb(1, len(ids)) + residual.ledger_mb(model, ids)
+
+
+@costs(direct_game_check_mb, "the direct game against direct logit attribution")
+@torch.inference_mode()
+def direct_game_check(model: Transformer, ids: tuple[int, ...], metric: Metric, permutations: int | None = None,
+                      seed: int = 0) -> Check:
+    """The direct game's φ with the zero baseline on the logit difference ``metric`` against direct logit
+    attribution (``player_attribution``), player by player, within DIRECT_GAME_TOLERANCE of the model's dtype: the
+    game is additive there, so efficiency and additivity force φ to be each player's direct write. The game is
+    exact up to EXACT_MAX players unless ``permutations`` is given; sampled, every ordering gives the same values.
+    It needs no forward pass beyond the full run's: the direct game reads its coalitions off the final residual."""
+    dla = player_attribution(model, ids, metric)
+    values = _play(head_game(model, ids, metric), "direct", permutations, seed).values
+    tolerance = DIRECT_GAME_TOLERANCE[str(model.embed.W_E.dtype).removeprefix("torch.")]
+    return compare(torch.from_numpy(values), torch.from_numpy(dla), tolerance)
 
 
 @dataclass(frozen=True)
@@ -522,3 +630,33 @@ def interaction(model: Transformer, ids: tuple[int, ...], metric: Metric, first:
     estimate, error, evaluations = sampled_interaction(value, n, i, j, samples or PERMUTATIONS, seed)
     ends = value(torch.stack([torch.zeros(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool)]))
     return Interaction(first, second, game, estimate, error, float(ends[1] - ends[0]), evaluations + 2, False)
+
+
+@dataclass(frozen=True)
+class Together:
+    """Whether two players "work only together" in one game: their interaction, beside their own credit."""
+
+    interaction: Interaction
+    credit: float        # φ_i + φ_j in the interaction's game
+    share_min: float     # TOGETHER_SHARE_MIN
+    nats_min: float      # TOGETHER_MIN
+    bar: float           # what I_ij must clear for its sampling error: one-sided 95 % of its standard error (0 exact)
+
+    @property
+    def share(self) -> float:
+        """I_ij as a share of the pair's own credit (NaN when the pair has none)."""
+        return self.interaction.value / self.credit if self.credit > 0 else float("nan")
+
+    @property
+    def passed(self) -> bool:
+        """I_ij clears its sampling error, is at least nats_min, and at least share_min of a positive credit."""
+        value = self.interaction.value
+        return self.credit > 0 and value > self.bar and value >= self.nats_min and value >= self.share_min * self.credit
+
+
+def together(pair: Interaction, game: HeadShapley) -> Together:
+    """The verdict on ``pair`` (``interaction``'s result) with the two players' credit from ``game`` (``shapley``'s
+    result on the same prediction, baseline and metric), in the interaction's game."""
+    values = dict(zip(game.players, getattr(game, pair.game).values))
+    return Together(pair, float(values[pair.first] + values[pair.second]), TOGETHER_SHARE_MIN, TOGETHER_MIN,
+                    above_random_bar(0.0, pair.standard_error, 1))

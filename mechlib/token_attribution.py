@@ -13,8 +13,10 @@ The methods:
 - "shapley": exact, every one of the 2^n coalitions of tokens evaluated in batches and combined by
   ``shapley.exact_shapley`` (the head game's own formula, in float64): 2^n forward rows, for up to ``shapley.EXACT_MAX``
   tokens after <bos>;
-- "shapley sampling": Captum's ``ShapleyValueSampling``, ``samples`` random orderings, samples·n + 1 rows; each
-  ordering telescopes, so Σφ = v(N) − v(∅) holds for the estimate too;
+- "shapley sampling": Captum's ``ShapleyValueSampling``, ``samples`` random orderings, one call per ordering (its
+  own v(∅) and n rows: samples·(n + 1) rows), so each ordering's marginal contributions are known: φ is their mean
+  and its standard error their standard deviation / √samples, as ``shapley.sampled_shapley``'s (Captum returns only
+  the mean). Each ordering telescopes, so Σφ = v(N) − v(∅) holds for the estimate too;
 - "kernel shap": Captum's ``KernelShap``, ``samples`` coalitions drawn with the Shapley kernel and fitted by least
   squares (scikit-learn's LinearRegression, Captum's default): an estimate of the Shapley values;
 - "lime": Captum's ``Lime``, ``samples`` random coalitions weighted by an exponential kernel of the cosine distance
@@ -34,10 +36,18 @@ shap stays in the tests, where its ``ExactExplainer`` checks them (tests/unit/te
 check of Captum's Shapley estimates holds them to float32's tolerance.
 
 Every call reports the forward rows it ran (counted, beside the count known before it runs: ``token_evaluations``)
-and its time. Captum draws from torch's global generator: a call seeds it inside ``torch.random.fork_rng``, so the
-state outside is restored.
+and its time.
+
+Captum draws from torch's global generator (``torch.randperm`` for an ordering, ``torch.bernoulli`` and
+``torch.multinomial`` for LIME's and Kernel SHAP's coalitions) and takes no generator of its own. A call seeds that
+generator inside ``torch.random.fork_rng``, which saves the process-wide state and restores it at the end; two
+Streamlit sessions inside it at once would draw from each other's stream (and restore each other's state), so a seed
+would no longer give its values. ``CAPTUM_LOCK`` lets one Captum call at a time hold the generator, its forward passes
+included: a second session waits for the first (the app shares the results of equal settings, so it often finds them
+computed).
 """
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,8 +71,8 @@ from mechlib.shapley import (
     final_norm,
 )
 
-__all__ = ["CAPTUM", "METHODS", "TOKEN_BASELINES", "SAMPLES", "baseline_embedding", "token_value", "TokenAttribution",
-           "token_evaluations", "token_attribution_mb", "token_attribution"]
+__all__ = ["CAPTUM", "CAPTUM_LOCK", "METHODS", "TOKEN_BASELINES", "SAMPLES", "baseline_embedding", "token_value",
+           "TokenAttribution", "token_evaluations", "token_attribution_mb", "token_attribution"]
 
 CAPTUM = {"shapley sampling": captum.attr.ShapleyValueSampling, "kernel shap": captum.attr.KernelShap,
           "lime": captum.attr.Lime}
@@ -70,6 +80,7 @@ METHODS = ("shapley", *CAPTUM)
 TOKEN_BASELINES = ("unk", "mean")
 SAMPLES = {"shapley sampling": 25, "kernel shap": 500, "lime": 500}  # orderings, or coalitions, unless told
 _SHAPLEY = ("shapley", "shapley sampling")  # the methods whose values are Shapley values (efficiency holds)
+CAPTUM_LOCK = threading.Lock()  # held around every seeded Captum call: torch's global generator is one per process
 
 
 def baseline_embedding(model: Transformer, baseline: str) -> tuple[Tensor, str]:
@@ -106,6 +117,8 @@ class TokenAttribution:
     ids: tuple[int, ...]
     labels: tuple[str, ...]    # the players: each token after <bos>, readable
     values: np.ndarray         # [token] its attribution
+    standard_errors: np.ndarray | None  # [token] sampled orderings' standard errors; zeros when exact; None for Kernel
+                                        # SHAP and LIME, whose values are one regression's fit, not a mean of samples
     method: str                # one of METHODS
     library: str               # what computed the values: "captum 0.9.0", or mechlib.shapley's exact formula
     samples: int | None        # orderings or coalitions drawn; None when exact
@@ -126,23 +139,44 @@ class TokenAttribution:
 def _samples(method: str, samples: int | None) -> int | None:
     if method not in METHODS:
         raise ValueError(f"method={method!r}; choose one of {', '.join(METHODS)}")
-    return None if method == "shapley" else samples or SAMPLES[method]
+    k = None if method == "shapley" else samples or SAMPLES[method]
+    if method == "shapley sampling" and k < 2:
+        raise ValueError(f"samples={k}: a standard error needs two orderings at least")
+    return k
 
 
 def token_evaluations(model: Transformer, ids: tuple[int, ...], metric: Metric | None = None, method: str = "shapley sampling",
                       baseline: str = "unk", samples: int | None = None, seed: int = 0) -> int:
     """The forward rows ``token_attribution`` with these arguments runs, known before it runs (a caller may refuse a
-    million): 2^n exact; Captum's (samples·n + 1 for sampled orderings, samples for Kernel SHAP and LIME) and 2 for
-    v(N) and v(∅)."""
+    million): 2^n exact; Captum's (samples·(n + 1) for sampled orderings, one call each; samples for Kernel SHAP
+    and LIME) and 2 for v(N) and v(∅)."""
     n, k = len(ids) - 1, _samples(method, samples)
     if method == "shapley":
         return 2**n
-    return 2 + (k * n + 1 if method == "shapley sampling" else k)
+    return 2 + (k * (n + 1) if method == "shapley sampling" else k)
 
 
 def token_attribution_mb(model: Transformer, ids: tuple[int, ...], *_, **__) -> float:
     """What ``token_attribution`` holds beside the weights, in MB: one batch of perturbed prompts' forward."""
     return model.cfg.activations_mb(chunk_rows(model, len(ids)), len(ids))
+
+
+def _captum(method: str, value: Callable[[Tensor], Tensor], x: Tensor, absent: Tensor, samples: int, batch: int,
+            seed: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Captum's ``method`` on the tokens' embeddings x [1 n d_model], absent ones replaced by ``absent``
+    [d_model], its draws from ``seed`` under CAPTUM_LOCK: (values [n], standard errors [n] or None). Sampled
+    orderings run one Captum call each, so each ordering's values are known."""
+    n = x.shape[1]
+    features = torch.arange(n, device=x.device)[None, :, None].expand_as(x).contiguous()  # [1 n d_model]
+    explainer = CAPTUM[method](value)
+    run = lambda count: explainer.attribute(x, baselines=absent.expand_as(x), feature_mask=features,
+                                            n_samples=count, perturbations_per_eval=batch)[0, :, 0]  # [n]
+    with CAPTUM_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if method != "shapley sampling":
+            return run(samples).double().cpu().numpy(), None
+        each = torch.stack([run(1) for _ in range(samples)]).double().cpu()     # [ordering n]
+    return each.mean(0).numpy(), (each.std(0) / samples**0.5).numpy()
 
 
 @costs(token_attribution_mb, "token attributions by perturbing the prompt")
@@ -169,19 +203,14 @@ def token_attribution(model: Transformer, ids: tuple[int, ...], metric: Metric |
         present = coalitions(n).to(x.device)[:, :, None]                        # [2^n n 1]
         v = torch.cat([value(torch.where(chunk, x, absent)) for chunk in present.split(batch)]).double().cpu()
         values, full, empty, library = exact_shapley(v.numpy(), n), float(v[-1]), float(v[0]), "mechlib.shapley"
-        tolerance = EFFICIENCY_TOLERANCE[str(x.dtype).removeprefix("torch.")]
+        errors, tolerance = np.zeros(n), EFFICIENCY_TOLERANCE[str(x.dtype).removeprefix("torch.")]
     else:
-        features = torch.arange(n, device=x.device)[None, :, None].expand_as(x).contiguous()  # [1 n d_model]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            attributions = CAPTUM[method](value).attribute(x, baselines=absent.expand_as(x), feature_mask=features,
-                                                           n_samples=k, perturbations_per_eval=batch)
-        values = attributions[0, :, 0].double().cpu().numpy()                   # [n]: each token's, on its features
+        values, errors = _captum(method, value, x, absent, k, batch, seed)
         full, empty = value(torch.cat([x, absent.expand_as(x)])).double().cpu().tolist()
         library, tolerance = f"captum {version('captum')}", tolerance_for(torch.float32)  # Captum adds in float32
     efficiency = None
     if method in _SHAPLEY:
         efficiency = compare(torch.tensor([values.sum()], dtype=torch.float64),
                              torch.tensor([full - empty], dtype=torch.float64), tolerance)
-    return TokenAttribution(tuple(ids), tuple(token_labels(model.tokenizer, ids[1:])), values, method, library, k,
-                            words, metric.label, full, empty, sum(rows), time.perf_counter() - start, efficiency)
+    return TokenAttribution(tuple(ids), tuple(token_labels(model.tokenizer, ids[1:])), values, errors, method, library,
+                            k, words, metric.label, full, empty, sum(rows), time.perf_counter() - start, efficiency)

@@ -1,7 +1,8 @@
 """mechlib.shapley: the head game against a brute force over every ordering written separately here (one forward per
 coalition, the full read-out, the permutation formula), efficiency, direct logit attribution, symmetry and dummy on
-models built for them, a pair that only works together, the sampled game against the exact one, and the verdicts on
-attn-only-2l against a random model of its shape."""
+models built for them, a pair that only works together, the sampled game against the exact one, the verdicts on
+attn-only-2l against a random model of its shape (the circuit's pair, whether it works only together), and the cost
+budget that lets GPT-2 small's game be sampled rather than refused."""
 
 import itertools
 from math import factorial
@@ -10,8 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from mechlib import ModelConfig, Transformer, residual, shapley, zoo
-from mechlib.checks import COMPOSITION_DIRECT_SHARE, EFFICIENCY_TOLERANCE
+from mechlib import ModelConfig, Transformer, patching, residual, shapley, zoo
+from mechlib.checks import (
+    COMPOSITION_DIRECT_SHARE,
+    DIRECT_GAME_TOLERANCE,
+    EFFICIENCY_TOLERANCE,
+    TOGETHER_MIN,
+    TOGETHER_SHARE_MIN,
+)
 from mechlib.device import experiment_mb
 from mechlib.model import LN_EPS
 from tests.unit.helpers import with_random_biases
@@ -137,6 +144,35 @@ def test_the_direct_game_is_direct_logit_attribution_component_by_component(dtyp
     assert not np.allclose(result.total.values, expected, atol=1e-3)  # the total game is another game
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cfg", [ATTN_ONLY, WITH_MLPS], ids=["attention only", "with MLPs"])
+def test_the_direct_game_check_holds_within_its_bound_and_fails_on_another_game(dtype, cfg):
+    """``direct_game_check``: φ of the direct game against DLA within 1e-10 in float64 and DIRECT_GAME_TOLERANCE's
+    1e-6 in float32 (measured ≤ 2.6e-7 on the zoo's two-layer models); exact and sampled alike. Against the total
+    game's values the same comparison fails: the check can tell two games apart."""
+    model, metric = small(cfg, dtype, seed=2), shapley.Metric(4, 9)
+    bound = {torch.float32: 1e-6, torch.float64: 1e-10}[dtype]
+    assert DIRECT_GAME_TOLERANCE[str(dtype).removeprefix("torch.")] == bound
+    for permutations in (None, 3):
+        check = shapley.direct_game_check(model, IDS, metric, permutations)
+        assert check.passed and check.tolerance == bound and check.max_scaled_diff <= bound
+    shares = shapley.player_attribution(model, IDS, metric)
+    assert len(shares) == len(shapley.players(model)) and np.abs(shares).max() > 0.1
+    total = shapley.shapley(model, IDS, metric).total.values
+    assert np.abs(total - shares).max() > 100 * bound  # the check's rule, |a − b| ≤ tol · max(1, |b|), fails here
+    with pytest.raises(ValueError, match="shares out a logit difference"):
+        shapley.direct_game_check(model, IDS, shapley.Metric(4))
+
+
+def test_the_direct_game_check_on_the_zoo_model_and_its_random_twin():
+    trained = zoo.load("attn-only-2l")
+    for model in (trained, Transformer(trained.cfg)):
+        for seed in range(2):
+            prompt = shapley.induction_prompt(model.cfg.d_vocab, model.cfg.n_ctx, seed)
+            check = shapley.direct_game_check(model, prompt.ids, prompt.metric)
+            assert check.passed and check.tolerance == 1e-6, check
+
+
 def twin_heads(zeroed: bool = False) -> Transformer:
     """``small(WITH_MLPS)`` with layer 0's head 1 a copy of its head 0 (all of Q, K, V, O and their biases), and,
     ``zeroed``, layer 1's head 1 writing nothing (W_O = 0)."""
@@ -193,6 +229,10 @@ def test_a_pair_that_only_works_together_interacts_by_all_it_is_worth():
     direct = dict(zip(result.players, result.direct.values))
     assert direct["L0H0"] == pytest.approx(0, abs=1e-12) and direct["L1H0"] == pytest.approx(5.0)  # the direct: not
     assert result.works_through_composition and result.largest_gap == ("L0H0", pytest.approx(2.5))
+    assert result.pair == ("L0H0", "L1H0")
+    verdict = shapley.together(exact, result)
+    assert verdict.credit == pytest.approx(5.0) and verdict.share == pytest.approx(1.0) and verdict.passed
+    assert not shapley.together(shapley.interaction(model, ids, metric, "L0H1", "L1H0"), result).passed
 
 
 def test_sampled_interaction_agrees_with_the_exact_index_within_its_standard_errors():
@@ -233,6 +273,54 @@ def test_on_the_induction_model_the_previous_token_head_gets_its_credit_through_
     assert result.works_through_composition and result.passed
     random = shapley.shapley(Transformer(trained.cfg), prompt.ids, prompt.metric)
     assert np.abs(random.gaps).max() < 1 and not random.works_through_composition
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_games_pair_is_the_circuit_patching_finds_and_works_only_together_where_it_was_trained(seed):
+    """The pair the games name (the head after layer 0 with the most direct credit, and the earlier head whose credit
+    grows most from the direct to the total game) is attn-only-2l's L0H1 → L1H3, the strongest K path by patching,
+    not the pair by induction score (L1H1); its interaction is ≥ TOGETHER_SHARE_MIN of its credit and ≥ TOGETHER_MIN
+    (measured 1.9, 4.2, 2.1, 3.9 nats; 45–64 %). A random model of the same shape, its pair chosen by the same rule,
+    fails (0.31 nats at most on seeds 0–3)."""
+    assert TOGETHER_SHARE_MIN == pytest.approx(1 / 3) and TOGETHER_MIN == 1.0
+    trained = zoo.load("attn-only-2l")
+    prompt = shapley.induction_prompt(trained.cfg.d_vocab, trained.cfg.n_ctx, seed)
+    for model, works in ((trained, True), (Transformer(trained.cfg), False)):
+        game = shapley.shapley(model, prompt.ids, prompt.metric)
+        first, second = game.pair
+        assert first.startswith("L0") and second.startswith("L1")
+        verdict = shapley.together(shapley.interaction(model, prompt.ids, prompt.metric, first, second), game)
+        assert verdict.passed == works, (first, second, verdict)
+        assert verdict.bar == 0.0 and verdict.credit == pytest.approx(
+            game.total.values[game.players.index(first)] + game.total.values[game.players.index(second)])
+        if works:
+            assert game.pair == ("L0H1", "L1H3") == patching.patching(trained, seed).strongest[:2]
+            assert verdict.share >= 0.4 and verdict.interaction.value >= 1.5
+
+
+def test_gpt2_smalls_game_is_sampled_within_the_cost_cap_on_a_shortened_prompt():
+    """GPT-2 small's shape (157 players, 163 M parameters): at the scored length (40 positions) only 2 orderings fit
+    COST_MAX, so the prompt is shortened to 3-token segments (6 positions), where 16 do; the stated cost is forward
+    passes × positions × parameters, and a cap too small for 2 orderings is said by a count below 2."""
+    gpt2_shape = ModelConfig(n_layers=12, d_model=768, n_heads=12, d_vocab=50_257, n_ctx=1024, d_mlp=3072,
+                             normalization="LN", act_fn="gelu_new")
+    shape = type("Shape", (), {"cfg": gpt2_shape})()
+    assert gpt2_shape.n_params() == 163_087_441 and shapley.COST_MAX == 3e12
+    assert shapley.permutations_within(shape, 40) == 2
+    assert shapley.prompt_length(shape) == 3 and shapley.permutations_within(shape, 6) == shapley.PERMUTATIONS
+    cost = shapley.shapley_cost(shape, 6, permutations=shapley.PERMUTATIONS)
+    passes = shapley.shapley_evaluations(shape, tuple(range(6)), shapley.Metric(), permutations=16)
+    assert passes == 2499 and cost == passes * 6 * 163_087_441
+    assert cost <= shapley.COST_MAX < shapley.shapley_cost(shape, 8, permutations=shapley.PERMUTATIONS)
+    assert shapley.permutations_within(shape, 6, "mean") == 16  # the mean baseline's 16 rows: 2,515 passes still fit
+    assert shapley.permutations_within(shape, 40, cap=1e12) == 0  # 153 passes fit, 2 orderings take 315: refused
+    short = type("Shape", (), {"cfg": ModelConfig(n_layers=2, d_model=768, n_heads=12, d_vocab=50_257, n_ctx=5)})()
+    assert shapley.prompt_length(short, cap=1.0) == 2  # never longer than the context allows
+    small_model = zoo.load("attn-only-2l")
+    length = shapley.prompt_length(small_model)
+    assert length == 20 and shapley.permutations_within(small_model, 2 * length) is None  # every coalition
+    prompt = shapley.induction_prompt(small_model.cfg.d_vocab, small_model.cfg.n_ctx, 0, length=3)
+    assert len(prompt.ids) == 6 and prompt.ids[1:3] == prompt.ids[4:] and prompt.metric.right == prompt.ids[3]
 
 
 def test_the_induction_prompt_is_the_repeat_less_its_answer():

@@ -1,9 +1,12 @@
 """mechlib.token_attribution: the exact token Shapley values against shap's ExactExplainer (float64, a prompt of 6
 tokens) on a value function written separately (a plain forward of the prompt with tokens replaced by <unk>), Captum's
-estimates against them, the counts known before a call against those it ran, and LIME and Kernel SHAP on a 20-token
-prompt of a zoo model."""
+estimates against them (within their standard errors, for sampled orderings), the counts known before a call against
+those it ran, LIME and Kernel SHAP on a 20-token prompt of a zoo model, and Captum's seeded draws from torch's one
+global generator: the same in threads computing at once as alone."""
 
 import copy
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -64,12 +67,33 @@ def test_every_method_reports_the_forward_rows_it_was_declared_to_run_and_its_ti
     samples = None if method == "shapley" else 40
     expected = token_attribution.token_evaluations(model, ids, Metric(), method, "unk", samples)
     result = token_attribution.token_attribution(model, ids, method=method, samples=samples)
-    assert result.evaluations == expected == {"shapley": 2**5, "shapley sampling": 40 * 5 + 1 + 2}.get(method, 40 + 2)
+    assert result.evaluations == expected == {"shapley": 2**5, "shapley sampling": 40 * (5 + 1) + 2}.get(method, 40 + 2)
     assert result.seconds > 0 and result.values.shape == (5,) and np.isfinite(result.values).all()
     assert result.labels == tuple(model.tokenizer.labels(ids[1:])) and result.top in result.labels
     assert (result.efficiency is not None) == (method in ("shapley", "shapley sampling"))
     if result.efficiency is not None:
         assert result.efficiency.passed                                          # each ordering telescopes
+    errors = result.standard_errors
+    if method == "shapley":
+        assert not errors.any()
+    elif method == "shapley sampling":
+        assert errors.shape == (5,) and (errors > 0).all()
+    else:
+        assert errors is None  # a regression's fit, not a mean of samples
+
+
+def test_sampled_orderings_standard_errors_cover_the_exact_values_and_shrink_as_one_over_root_n():
+    """Captum's orderings, one call each: the estimate lies within 4 standard errors of the exact values token by
+    token, and 16 times the orderings divide the standard errors by about 4 (√16)."""
+    model, ids = float64_text_model()
+    exact = token_attribution.token_attribution(model, ids, method="shapley").values
+    rough, fine = (token_attribution.token_attribution(model, ids, method="shapley sampling", samples=samples, seed=1)
+                   for samples in (16, 256))
+    assert np.all(np.abs(fine.values - exact) <= 4 * fine.standard_errors + 1e-6)  # + Captum's float32 sums
+    ratio = rough.standard_errors.max() / fine.standard_errors.max()
+    assert 2.5 < ratio < 6.5, ratio
+    with pytest.raises(ValueError, match="two orderings at least"):
+        token_attribution.token_attribution(model, ids, method="shapley sampling", samples=1)
 
 
 def test_captums_shapley_estimates_approach_the_exact_values():
@@ -114,6 +138,40 @@ def test_a_seed_gives_the_same_values_and_leaves_torchs_generator_as_it_was():
     assert torch.equal(torch.random.get_rng_state(), state)
     np.testing.assert_array_equal(first.values, again.values)
     assert not np.array_equal(first.values, other.values)
+
+
+@pytest.mark.parametrize("method", ["shapley sampling", "lime", "kernel shap"])
+def test_threads_computing_at_once_with_one_seed_get_the_values_of_a_call_alone(method):
+    """Captum draws from torch's one global generator: four threads released together, each with seed 4, each get
+    the values one call alone gets (a lock lets one call hold the generator at a time)."""
+    model, ids = float64_text_model()
+    call = lambda: token_attribution.token_attribution(model, ids, method=method, samples=30, seed=4).values
+    alone = call()
+    start, results = threading.Barrier(4), [None] * 4
+
+    def worker(k: int) -> None:
+        start.wait()
+        results[k] = call()
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for values in results:
+        np.testing.assert_array_equal(values, alone)
+
+
+def test_a_captum_call_waits_while_another_holds_torchs_generator():
+    model, ids = float64_text_model()
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (token_attribution.token_attribution(model, ids, method="lime",
+                                                                                  samples=10), done.set()))
+    with token_attribution.CAPTUM_LOCK:
+        thread.start()
+        time.sleep(0.5)
+        assert not done.is_set()  # it waits for the lock
+    thread.join()
+    assert done.is_set()
 
 
 def test_memory_is_one_batch_of_prompts_and_bad_arguments_say_what_to_choose():

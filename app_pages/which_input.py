@@ -15,13 +15,10 @@ from classroom.page.questions import predict
 from classroom.page.slides import controls, own_slide
 from classroom.page.text import check_line, literal, verdict
 from classroom.session import part_model
-from mechlib import (channels, circuits, data, figures, induction, patching, patterns, residual, shapley,
-                     token_attribution)
-from mechlib.checks import Check, above_random_bar, model_tolerance
+from mechlib import channels, circuits, data, figures, induction, patching, patterns, shapley, token_attribution
 
-PARAMETER_TOKENS_MAX = 1e11  # one part's forward passes × the prompt's positions × the model's parameters: gelu-2l's
-                             # exact game (2,049 passes of 40 positions, 0.66 M parameters: 5.4e10) took 7.9 s here on
-                             # 2 CPU threads; GPT-2 small (124 M) gets 20 passes, too few for two orderings: refused
+COST_MAX = shapley.COST_MAX  # one part's forward passes × the prompt's positions × the model's parameters: GPT-2
+                             # small's game samples 16 orderings of a 6-token prompt within it (bench/shapley_speed.py)
 BASELINES = {"zero": "zero", "mean": "mean over text", "resample": "resample"}
 ABSENT = {"zero": "zero: it writes nothing", "mean": "its mean output over windows of the built-in text",
           "resample": "its output on the corrupted prompt, whose first copy is other random tokens"}
@@ -47,7 +44,7 @@ def fits(model) -> bool:
     sizes, and the Shapley game within the server's memory budget (the door refuses a part that needs more)."""
     if model.cfg.n_layers < 2 or not induction.scorable(model.cfg):
         return False
-    prompt = shapley.induction_prompt(model.cfg.d_vocab, model.cfg.n_ctx, seed)
+    prompt = shapley.induction_prompt(model.cfg.d_vocab, model.cfg.n_ctx, seed, shapley.prompt_length(model, COST_MAX))
     return shapley.shapley_mb(model, prompt.ids) <= budget_mb()
 
 
@@ -66,7 +63,8 @@ with controls():
                                   bind="query-params", format_func=TOKEN_BASELINES.get,
                                   help="What replaces a token that is not in the coalition (part 3).")
 
-prompt = shapley.induction_prompt(cfg.d_vocab, cfg.n_ctx, seed)
+length = shapley.prompt_length(model, COST_MAX)  # each copy's tokens: the scored length, or fewer for a large model
+prompt = shapley.induction_prompt(cfg.d_vocab, cfg.n_ctx, seed, length)
 ids, corrupted = prompt.ids, prompt.corrupted
 labels = data.token_labels(model.tokenizer, ids)
 right_label, wrong_label = data.token_labels(model.tokenizer, [prompt.metric.right, prompt.metric.wrong])
@@ -74,20 +72,34 @@ logit_metric = prompt.metric
 score = logit_metric if metric_name == METRICS[0] else shapley.Metric(logit_metric.right)
 said = (f"logit('{literal(right_label)}') − logit('{literal(wrong_label)}')" if score.linear
         else f"log p('{literal(right_label)}')")
-length = len(ids) // 2  # <bos>, a segment of `length` tokens, then the segment again less its last token
-last = len(ids) - 1
+last = len(ids) - 1  # <bos>, a segment of `length` tokens, then the segment again less its last token
 roles = {last: "the last token", length - 1: "its earlier copy", length: "the answer, after that copy"}
-st.markdown(f"The prompt: <bos>, {length} random tokens from seed {seed}, then the same tokens again, less the last. "
+scored = data.eval_length(cfg.n_ctx)
+shortened = (f" ({length}, not the {scored} induction is scored at: at {scored} fewer than {shapley.PERMUTATIONS} "
+             f"orderings of {name}'s game fit this server's cost limit for one part)" if length < scored else "")
+st.markdown(f"The prompt: <bos>, {length} random tokens from seed {seed}{shortened}, then the same tokens again, less "
+            "the last. "
             f"At the last position ('{literal(labels[last])}') the model should predict '{literal(right_label)}', "
             f"the token that followed its earlier copy. The score shared out: **{said}** at the last position "
             + ("(the corrupted prompt's token there is the wrong one)." if score.linear else "(in nats)."))
 
 n_players = len(shapley.players(model))
-allowed = int(PARAMETER_TOKENS_MAX // (len(ids) * cfg.n_params()))  # forward passes of this model one part may run
-if n_players <= shapley.EXACT_MAX and 2**n_players <= allowed:
-    permutations = None  # every coalition
-else:  # sampled orderings, as many as fit (two at least, for a standard error: fewer is refused in the parts)
-    permutations = max(2, min(shapley.PERMUTATIONS, (allowed - 2) // (n_players - 1)))
+allowed = int(COST_MAX // (len(ids) * cfg.n_params()))  # forward passes of this model one part may run
+permutations = shapley.permutations_within(model, len(ids), baseline, COST_MAX)  # None: every coalition
+
+
+def too_costly(what: str) -> bool:
+    """Whether not even two orderings of the game fit this server's limit (no standard error without two); the
+    refusal, with its numbers, is on screen."""
+    if permutations is None or permutations >= 2:
+        return False
+    passes = shapley.shapley_evaluations(model, ids, score, baseline, corrupted, 2, seed)
+    st.warning(f"{what}: not even two orderings of the game fit, and one gives no standard error: two orderings of "
+               f"{n_players} players take {passes:,} forward passes of {len(ids)} positions through {name} "
+               f"({cfg.n_params():,} parameters), {shapley.shapley_cost(model, len(ids), baseline, 2):.2e} "
+               f"parameter-positions, over this server's {COST_MAX:.0e} for one part ({allowed:,} forward passes). "
+               "Choose a smaller model in the sidebar, or run it from a notebook.", icon=":material/block:")
+    return True
 
 
 def forwards_line(count: int, what: str) -> str:
@@ -106,32 +118,17 @@ def refused(count: int, what: str) -> bool:
     return True
 
 
-def player_dla(dla: residual.Attribution, players: tuple[str, ...]) -> np.ndarray:
-    """Direct logit attribution's shares [player], gathered as the game's players: the direct path is the token and
-    positional embeddings, an MLP its output with its bias; the other biases are no players."""
-    share = dict(zip(dla.labels, dla.shares))
-    return np.array([share.get("embed", 0.0) + share.get("pos_embed", 0.0) if player == shapley.DIRECT_PATH
-                     else share[player] + share.get(f"{player} bias", 0.0) if player.endswith("MLP")
-                     else share[player] for player in players])
-
-
-def against(values: np.ndarray, reference: np.ndarray, tolerance: float) -> Check:
-    """``checks.compare``'s rule on arrays: |a − b| ≤ tolerance · max(1, |reference|), element by element."""
-    diff = np.abs(values - reference)
-    return Check(float(diff.max()), float((diff / np.maximum(np.abs(reference), 1.0)).max()), tolerance)
-
-
 def heads_of(players: tuple[str, ...]) -> list[str]:
     return [player for player in players if player != shapley.DIRECT_PATH and not player.endswith("MLP")]
 
 
 def heads_as_players() -> None:
-    count = shapley.shapley_evaluations(model, ids, score, baseline, corrupted, permutations, seed)
-    if refused(count, f"The game of {n_players} players, sampled with {permutations} orderings"):
+    if too_costly(f"The game of {n_players} players"):
         return
+    count = shapley.shapley_evaluations(model, ids, score, baseline, corrupted, permutations, seed)
     how = (f"exact over all 2^{n_players} coalitions" if permutations is None else
-           f"too many for every coalition here, so {permutations} random orderings are sampled, each value with its "
-           "standard error")
+           f"too many for every coalition here, so {permutations} random orderings are sampled (as many as this "
+           f"server's limit allows, {shapley.PERMUTATIONS} at most), each value with its standard error")
     with own_slide():  # in presentation mode a slide of its own: the slide's type has room for little
         st.caption(forwards_line(count, f"{n_players} players ({', '.join(shapley.players(model)[:4])}, …), {how}"))
         prose("Two games share out the same score. In the **direct** game an absent head is taken out of the final "
@@ -142,14 +139,12 @@ def heads_as_players() -> None:
         st.markdown("Efficiency, Σφ = v(all) − v(none), in each game:\n" + "\n".join(
             f"- {check_line(f'{kind}: Σφ against v(all) = {g.full:.3f} less v(none) = {g.empty:.3f}', g.efficiency)}"
             for kind, g in (("Direct", game.direct), ("Total", game.total))))
-        reference = game if score.linear and baseline == "zero" else compute(
-            shapley.shapley, model, ids, logit_metric, "zero", corrupted, permutations, seed, key=key)
-        dla = compute(residual.attribution, model, ids, last, logit_metric.right, logit_metric.wrong, key=key)
-        shares = player_dla(dla, game.players)
+        shares = compute(shapley.player_attribution, model, ids, logit_metric, key=key)
         st.markdown(check_line("Direct logit attribution (`residual.attribution`) of the logit difference against "
                                "the direct game's φ with the zero baseline, player by player",
-                               against(reference.direct.values, shares, model_tolerance(model))))
-        if reference is not game:
+                               compute(shapley.direct_game_check, model, ids, logit_metric, permutations, seed,
+                                       key=key)))
+        if not (score.linear and baseline == "zero"):
             gap = np.abs(game.direct.values - shares)
             why = "; ".join(filter(None, [
                 f"with the {baseline} baseline a player's credit is what it writes less what it writes on the baseline"
@@ -184,8 +179,10 @@ def heads_as_players() -> None:
                      f"{game.share_max:.0%} of the size of its total credit.")
     if not shown:
         return
-    errors = "" if game.total.exact else (" Sampled: the largest standard error is "
-                                          f"{game.total.standard_errors.max():.3f} nats in the total game (the bars).")
+    errors = "" if game.total.exact else (
+        f" Sampled from {permutations} orderings ({game.total.evaluations:,} coalitions per game): the largest "
+        f"standard error is {game.direct.standard_errors.max():.2g} nats in the direct game and "
+        f"{game.total.standard_errors.max():.3f} in the total game (the bars; each value's is in the table).")
     axis = "φ (nats)"
     with own_slide():  # the figure and its verdict, one slide
         figure("shapley values of the heads", figures.shapley_bars, game.players, game.direct.values,
@@ -205,13 +202,18 @@ def heads_as_players() -> None:
              "direct φ (nats)": np.round(game.direct.values, 3), "total φ (nats)": np.round(game.total.values, 3),
              "total − direct (nats)": np.round(game.gaps, 3)}
     if not game.total.exact:
+        frame["± direct φ (nats)"] = np.round(game.direct.standard_errors, 3)
         frame["± total φ (nats)"] = np.round(game.total.standard_errors, 3)
     table(pd.DataFrame(frame), "shapley values", height="content")
 
 
 def two_heads() -> None:
-    circuit = compute(induction.induction_circuit, model, key=key)
-    first, second = circuit.previous, circuit.induction
+    if too_costly("The pair of heads, chosen by that game"):  # without a game, no pair
+        return
+    game = compute(shapley.shapley, model, ids, score, baseline, corrupted, permutations, seed, key=key)
+    first, second = game.pair
+    direct = dict(zip(game.players, game.direct.values))
+    gaps = dict(zip(game.players, game.gaps))
     samples = permutations  # as many samples as the game's orderings
     count = shapley.interaction_evaluations(model, ids, score, first, second, "total", baseline, corrupted, samples,
                                             seed)
@@ -224,31 +226,35 @@ def two_heads() -> None:
         st.caption(forwards_line(count, f"The interaction of {first} and {second}"))
         st.latex(r"I_{ij}=\sum_{S\subseteq N\setminus\{i,j\}}\frac{|S|!\,(n-|S|-2)!}{(n-1)!}"
                  r"\big(v(S\cup\{i,j\})-v(S\cup\{i\})-v(S\cup\{j\})+v(S)\big)")
-        together = compute(shapley.interaction, model, ids, score, first, second, "total", baseline, corrupted,
-                           samples, seed, key=key)
+        joint = compute(shapley.interaction, model, ids, score, first, second, "total", baseline, corrupted,
+                        samples, seed, key=key)
         apart = compute(shapley.interaction, model, ids, score, first, second, "direct", baseline, corrupted,
                         samples, seed, key=key)
-        st.markdown(f"The pair, found by their scores on repeated sequences: **{first}**, the best previous-token "
-                    f"head (score {circuit.previous_score:.2f}), and **{second}**, the best induction head (score "
-                    f"{circuit.induction_score:.2f}).")
-        error = "" if together.exact else f" ± {together.standard_error:.3f}"
+        st.markdown(f"The pair, found by the games above: **{second}**, the head after layer 0 with the most direct "
+                    f"credit (φ = {direct[second]:+.3f} nats: it writes the prediction), and **{first}**, the head "
+                    f"before it whose credit grows most from the direct to the total game (by {gaps[first]:+.3f} "
+                    "nats: what it is worth reaches the logits through later heads).")
+        error = "" if joint.exact else f" ± {joint.standard_error:.3f}"
         cells = st.columns(3)
-        metric(cells[0], "interaction, total game", f"{together.value:+.3f}{error} nats",
+        metric(cells[0], "interaction, total game", f"{joint.value:+.3f}{error} nats",
                help="I of the pair in the game where a removed head's output reaches the heads that read it.")
         metric(cells[1], "interaction, direct game", f"{apart.value:+.3f} nats",
                help="I of the pair where a head is removed from the final residual stream only.")
-    bar = above_random_bar(0.0, together.standard_error, 1)  # 0 when exact; one-sided 95 % when sampled
-    worth = verdict(together.value > bar, "worth more together than apart", "not worth more together than apart")
+    works = shapley.together(joint, game)
+    rule = (f"I at least {works.share_min:.0%} of their own credit, at least {works.nats_min:g} nats"
+            + ("" if joint.exact else f", and above {works.bar:.3f} (its standard error's one-sided 95 %)"))
+    share = f", {works.share:.0%} of it" if works.credit > 0 else ""
     with own_slide():
-        st.markdown(f"**Together.** In the total game I = {together.value:+.3f}{error} nats, {together.share:.0%} of "
-                    f"the whole game's worth ({together.worth:+.3f}): {worth}"
-                    + (f" (sampled: it must clear {bar:.3f}, one-sided 95 %)." if not together.exact else "."))
+        st.markdown(f"**Together.** In the total game I = {joint.value:+.3f}{error} nats; the pair's own credit there "
+                    f"is φ({first}) + φ({second}) = {works.credit:+.3f} nats{share}. "
+                    + verdict(works.passed, f"{first} and {second} work only together ({rule})",
+                              f"{first} and {second} do not work only together (the rule: {rule})") + ".")
         st.markdown(f"**Apart.** In the direct game I = {apart.value:+.2g} nats: "
                     + ("a logit difference read from the final stream is a sum of the heads' writes, so no pair can "
                        "be worth more together there: what the pair shares comes from one head reading the other."
                        if score.linear else "the log-probability's softmax couples any two writes a little, "
                        "composition or not; the total game's interaction adds the heads' reading of each other."))
-    record(f"interaction {first} × {second}", f"{together.value:+.4f}")
+    record(f"interaction {first} × {second}", f"{joint.value:+.4f}")
     patched = compute(patching.patching, model, seed, key=key)  # last: a refusal leaves the interaction on screen
     head_labels = [circuits.head_label(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
     (ls, hs), (lr, hr) = (divmod(head_labels.index(head), cfg.n_heads) for head in (first, second))
@@ -298,6 +304,12 @@ def tokens_as_players() -> None:
         if shap.efficiency is not None:
             st.markdown(check_line(f"SHAP's efficiency: Σφ over the tokens against v(all) = {shap.full:.3f} less "
                                    f"v(none) = {shap.empty:.3f}", shap.efficiency))
+        if shap.method == "shapley sampling":
+            st.markdown(f"SHAP's values are sampled from {shap.samples} orderings, one Captum call each: each value's "
+                        f"standard error is the spread of its {shap.samples} marginal contributions / "
+                        f"√{shap.samples}, **{shap.standard_errors.max():.3f}** nats at most (median "
+                        f"{np.median(shap.standard_errors):.3f}). LIME's coefficients are one regression's fit, no "
+                        "mean of samples: they have no such error.")
     circuit = compute(induction.induction_circuit, model, key=key)
     layer, head = divmod([circuits.head_label(layer, head) for layer in range(cfg.n_layers)
                           for head in range(cfg.n_heads)].index(circuit.induction), cfg.n_heads)
@@ -309,8 +321,9 @@ def tokens_as_players() -> None:
                     f"(position {last}); its earlier copy is at position {length - 1}, and the token after that "
                     f"copy, '{literal(labels[length])}' (position {length}), is the answer.", options,
                     [roles.get(shap_top, OTHER)],
-                    f"SHAP's largest value, {shap.values.max():+.3f} nats, is on position {shap_top} "
-                    f"('{literal(labels[shap_top])}').")
+                    f"SHAP's largest value, {shap.values.max():+.3f}"
+                    + ("" if shap.method == "shapley" else f" ± {shap.standard_errors[shap_top - 1]:.3f}")
+                    + f" nats, is on position {shap_top} ('{literal(labels[shap_top])}').")
     agree = "yes" if lime_top == shap_top else "no"
     shown &= predict("w lime agrees", "Will LIME agree with SHAP on the top token?", ["yes", "no"], [agree],
                      f"LIME's largest coefficient is on position {lime_top} ('{literal(labels[lime_top])}'), "

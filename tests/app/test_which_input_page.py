@@ -1,7 +1,8 @@
 """AppTest for "Which input, or which mechanism?": the page draws on its defaults with every check passing, each
 question reveals the answer mechlib computes for the model on screen (the zoo's attn-only-2l, and a random model of
-its shape, where the answers differ), the composition and interaction verdicts flip on the random model, a game of
-too many players is sampled with its standard errors and one of too many forward passes is refused, and
+its shape, where the answers differ), the composition, interaction and path verdicts on the pair the games name flip on
+the random model, a game of too many players is sampled with its standard errors, a large model's prompt is shortened
+so that its orderings fit the cost limit, a game of which not even two orderings fit is refused with its numbers, and
 presentation mode shows one part at a time."""
 
 import re
@@ -11,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from classroom import pages
-from mechlib import induction, shapley, zoo
+from mechlib import ModelConfig, induction, shapley, zoo
 from mechlib import token_attribution as tokens
 from mechlib.model import Transformer
 from tests.app.helpers import open_page, open_page_with_model, reveal, shown_checks
@@ -50,7 +51,8 @@ def test_defaults_draw_every_part_with_its_checks():
     table = at.dataframe[0].value
     assert list(table["player"]) == list(shapley.players(zoo.load("attn-only-2l")))
     np.testing.assert_allclose(table["DLA of the logit difference (nats)"], table["direct φ (nats)"], atol=1e-3)
-    assert "The pair, found by their scores on repeated sequences: **L0H1**" in text(at)
+    assert "The pair, found by the games above: **L1H3**, the head after layer 0 with the most direct" in text(at)
+    assert "and **L0H1**, the head before it whose credit grows most" in text(at)
 
 
 def test_another_baseline_and_metric_say_why_the_direct_game_leaves_direct_logit_attribution():
@@ -111,8 +113,13 @@ def test_the_verdicts_flip_on_a_random_model_of_the_same_shape():
         checks_pass(at, 6)  # identities hold for any weights
     assert ":green[**✓ L0H1 works through composition" in text(trained)
     assert "does not work through composition" in text(random) and "works through composition:" not in text(random)
-    assert ":green[**✓ worth more together than apart**]" in text(trained)
-    assert ":red[**✗ not worth more together than apart**]" in text(random)
+    # the pair the games name: attn-only-2l's L0H1 → L1H3 (the strongest K path by patching), not the pair by
+    # induction score (L1H1, whose path from L0H1 carries 25 %, under the 30 % bar)
+    assert (":green[**✓ L0H1 and L1H3 work only together (I at least 33% of their own credit, at least 1 nats)**]"
+            in text(trained))
+    assert ":green[**✓ the path carries the prediction (≥ 30%)**]" in text(trained)
+    assert "The strongest K path is L0H1 → L1H3" in text(trained)
+    assert "do not work only together (the rule:" in text(random) and "work only together (I at" not in text(random)
     assert "test.safetensors does not predict the second copy" in text(random).replace("\\", "")
     assert "does not predict the second copy" not in text(trained)
 
@@ -123,21 +130,58 @@ def test_too_many_players_for_every_coalition_are_sampled_with_standard_errors()
     captions = " ".join(c.value for c in at.caption)
     assert "too many for every coalition here, so 16 random orderings are sampled" in captions
     assert "**259** forward passes" in captions  # 16 orderings × 16 inner coalitions, the empty and full ones, the run
-    assert "± total φ (nats)" in at.dataframe[0].value.columns
-    assert "Sampled: the largest standard error is" in text(at)
+    columns = at.dataframe[0].value.columns
+    assert "± direct φ (nats)" in columns and "± total φ (nats)" in columns
+    assert "Sampled from 16 orderings (258 coalitions per game): the largest standard error is" in text(at)
 
 
-def test_a_model_too_large_for_the_servers_forward_passes_is_refused_with_both_counts():
-    at = open_page(PAGE, model="random", d_model=1024, heads=16, vocab=50_000, **SIDEBARS)  # 111 M parameters
+def test_a_game_of_many_heads_is_sampled_and_patching_refused_on_memory():
+    at = open_page(PAGE, model="random", heads=16, **SIDEBARS)  # 2 layers × 16 heads + the direct path: 33 players
+    assert not at.exception, at.exception
+    assert "so 16 random orderings are sampled" in " ".join(c.value for c in at.caption)
+    assert not at.warning  # within the cost limit: nothing refused for its forward passes
+    assert any(m.label == "interaction, total game" and "±" in m.value for m in at.metric)  # drawn before patching
+    (error,) = [e.value for e in at.error]  # the door's own refusal, on memory: 16² paths per batch
+    assert error.startswith("activation patching on repeated sequences would need about ") and "1,024 MB" in error
+
+
+SIDEBAR_MODEL = ModelConfig(n_layers=2, d_model=64, n_heads=8, d_vocab=1000, n_ctx=64, seed=0)  # heads=8's
+
+
+def test_a_large_models_prompt_is_shortened_until_its_orderings_fit_the_cost_limit(monkeypatch):
+    """A cost limit (forward passes × positions × parameters) where 16 orderings of heads=8's 17 players fit at
+    6-token segments and not at 7: the page plays the game on the shorter prompt and says why."""
+    shape = Transformer(SIDEBAR_MODEL)
+    cap = shapley.shapley_cost(shape, 12, "zero", shapley.PERMUTATIONS)
+    assert shapley.shapley_cost(shape, 14, "zero", shapley.PERMUTATIONS) > cap
+    monkeypatch.setattr(shapley, "COST_MAX", cap)
+    at = open_page(PAGE, model="random", heads=8, **SIDEBARS)
+    assert not at.exception, at.exception
+    (warning,) = [w.value for w in at.warning]  # only the tokens' 804 forward passes are over its 259
+    assert warning.startswith("SHAP and LIME on this prompt together: 804 forward passes"), warning
+    assert ("6 random tokens from seed 0 (6, not the 20 induction is scored at: at 20 fewer than 16 orderings of "
+            "the sidebar's random model's game fit this server's cost limit for one part)") in text(at)
+    captions = " ".join(c.value for c in at.caption)
+    assert "so 16 random orderings are sampled" in captions and "**259** forward passes of 12 positions" in captions
+
+
+def test_a_game_of_which_not_even_two_orderings_fit_is_refused_with_its_numbers(monkeypatch):
+    """The default random model (9 players): a cost limit one parameter-position short of two orderings at the
+    shortest prompt (3-token segments: 6 positions)."""
+    cfg = ModelConfig(n_layers=2, d_model=64, n_heads=4, d_vocab=1000, n_ctx=64, seed=0)  # the sidebar's default
+    shape = Transformer(cfg)
+    monkeypatch.setattr(shapley, "COST_MAX", shapley.shapley_cost(shape, 6, "zero", 2) - 1)
+    at = open_page(PAGE, model="random", **SIDEBARS)
     assert not at.exception, at.exception
     warnings = [w.value for w in at.warning]
-    assert ("The game of 33 players, sampled with 2 orderings: 67 forward passes through the sidebar's random model, "
-            "more than the 22 this server runs for one part. Choose a smaller model in the sidebar, or run it from a "
-            "notebook.") in warnings
-    assert any(w.startswith("SHAP and LIME on this prompt together: 1,480 forward passes") for w in warnings), warnings
-    assert any(m.label == "interaction, total game" for m in at.metric)  # drawn before patching is refused
-    (error,) = [e.value for e in at.error]  # the door's own refusal, on memory
-    assert error.startswith("activation patching on repeated sequences would need about ") and "1,024 MB" in error
+    refusal = (f"not even two orderings of the game fit, and one gives no standard error: two orderings of 9 players "
+               f"take 19 forward passes of 6 positions through the sidebar's random model ({cfg.n_params():,} "
+               f"parameters), {19 * 6 * cfg.n_params():.2e} parameter-positions, over this server's")
+    assert [w for w in warnings if refusal in w and "(18 forward passes)" in w] == [
+        next(w for w in warnings if w.startswith("The game of 9 players:")),
+        next(w for w in warnings if w.startswith("The pair of heads, chosen by that game:"))], warnings
+    assert any(w.startswith("SHAP and LIME on this prompt together: ") for w in warnings), warnings
+    assert not at.get("plotly_chart") and not at.dataframe  # no game, no pair, no tokens
 
 
 def test_presentation_mode_shows_one_part_and_next_moves_on():

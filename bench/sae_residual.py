@@ -24,7 +24,7 @@ import time
 import torch
 
 from bench import results
-from mechlib import latents, sae_residual, zoo
+from mechlib import latents, sae_residual
 
 THREADS = 2
 RUNS = [("attn-only-2l", "blocks.0.hook_resid_post", {"d_sae": 512, "k": 16, "steps": 800, "batch_size": 512}),
@@ -52,7 +52,7 @@ def main() -> None:
         start = time.perf_counter()
         trained = sae_residual.train_on_zoo(model_name, hook, **settings, on_progress=last.append)
         seconds, training_s = time.perf_counter() - start, last[-1].elapsed_s - last[-1].evaluation_s
-        report = sae_residual.evaluate(zoo.load(model_name), trained.model)
+        report = sae_residual.evaluate(trained.model)
         met = report.verdicts | {"time": seconds <= GOAL_S}
         verdict = ("no goal" if model_name != "attn-only-2l" else "all goals met" if all(met.values())
                    else "MISSED: " + ", ".join(k for k, v in met.items() if not v))

@@ -24,12 +24,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mechlib import zoo
 from mechlib.data import Tokenizer, builtin_text, eval_length, repeated_sequences
 from mechlib.device import DEVICE, costs, to_numpy
 from mechlib.model import Transformer
 from mechlib.sae import SAE
-from mechlib.sae_residual import CHUNK, fit, fit_mb, hook_layer
+from mechlib.sae_residual import CHUNK, RANDOM, base_model, hook_layer, train_mb, train_on_zoo
 
 __all__ = ["BROWSE_WINDOWS", "CONTEXT", "INDUCTION_BATCH", "INDUCTION_FIRING", "INDUCTION_RATIO", "TOP", "TOP_TOKENS",
            "Context", "InductionControl", "InductionLatents", "LatentView", "browse", "browse_mb", "consecutive_windows",
@@ -91,21 +90,22 @@ class LatentView:
         return self.heads[int(np.argmax(self.head_writes))]
 
 
-def browse_mb(model: Transformer, sae: SAE, latent: int = 0, *_) -> float:
+def browse_mb(sae: SAE, latent: int = 0, *_) -> float:
     """One chunk's cache and latents [chunk pos d_sae], and the latent's activations over the text, in MB."""
-    cfg = model.cfg
+    cfg = base_model(sae.cfg.model_name)[0].cfg
     return (cfg.activations_mb(CHUNK, cfg.n_ctx) + 4 * CHUNK * cfg.n_ctx * sae.cfg.d_sae / 1e6
             + 4 * BROWSE_WINDOWS * cfg.n_ctx / 1e6)
 
 
 @torch.inference_mode()
 @costs(browse_mb, "browsing a sparse autoencoder's latent")
-def browse(model: Transformer, sae: SAE, latent: int, tokenizer: Tokenizer | None = None) -> LatentView:
-    """Latent ``latent``'s view on ``BROWSE_WINDOWS`` consecutive windows of held-out text, in ``tokenizer``'s ids (by
-    default the model's)."""
+def browse(sae: SAE, latent: int) -> LatentView:
+    """Latent ``latent``'s view on ``BROWSE_WINDOWS`` consecutive windows of held-out text, through the model the SAE's
+    config names (``sae_residual.base_model``)."""
     if not 0 <= latent < sae.cfg.d_sae:
         raise ValueError(f"the SAE has latents 0…{sae.cfg.d_sae - 1}, not {latent}")
-    tokens = consecutive_windows(tokenizer or model.tokenizer, model.cfg.n_ctx, BROWSE_WINDOWS)  # [window pos]
+    model, tokenizer = base_model(sae.cfg.model_name)
+    tokens = consecutive_windows(tokenizer, model.cfg.n_ctx, BROWSE_WINDOWS)                  # [window pos]
     layer, direction = hook_layer(sae.cfg.hook_name), latent_direction(model, sae, latent)       # [d_model]
     heads = (layer + 1) * model.cfg.n_heads
     acts, scales, writes, fired = [], [], torch.zeros(heads, dtype=torch.float64), 0
@@ -165,17 +165,19 @@ class InductionLatents:
         return len(self.found)
 
 
-def induction_mb(model: Transformer, sae: SAE, *_) -> float:
+def induction_mb(sae: SAE, *_) -> float:
     """The repeated sequences' cache and latents [batch pos d_sae], in MB."""
+    model, _ = base_model(sae.cfg.model_name)
     positions = 1 + 2 * eval_length(model.cfg.n_ctx)
     return model.cfg.activations_mb(INDUCTION_BATCH, positions) + 4 * INDUCTION_BATCH * positions * sae.cfg.d_sae / 1e6
 
 
 @torch.inference_mode()
 @costs(induction_mb, "looking for induction features among an SAE's latents")
-def induction_latents(model: Transformer, sae: SAE, seed: int = 0) -> InductionLatents:
+def induction_latents(sae: SAE, seed: int = 0) -> InductionLatents:
     """The latents of ``sae`` on ``INDUCTION_BATCH`` repeated random sequences from ``seed``, each segment
-    ``data.eval_length`` long (the length the zoo's models never trained on)."""
+    ``data.eval_length`` long (the length the zoo's models never trained on), through the model its config names."""
+    model, _ = base_model(sae.cfg.model_name)
     length = eval_length(model.cfg.n_ctx)
     tokens = repeated_sequences(model.cfg.d_vocab, length, INDUCTION_BATCH, seed).to(DEVICE)  # [batch 1 + 2·length]
     cache: dict[str, Tensor] = {}
@@ -203,9 +205,9 @@ class InductionControl:
 
 
 def induction_control_mb(model_name: str, hook_name: str, d_sae: int, k: int, steps: int, windows: int, *_) -> float:
-    """Two SAEs' trainings at a time, one after the other (``fit_mb``), and the verdict's sequences."""
-    model = zoo.load(model_name)
-    return (fit_mb(model, hook_name, d_sae, k, windows, 512)
+    """Two SAEs' trainings, one after the other (``train_mb``), and the verdict's sequences."""
+    model, _ = base_model(model_name)
+    return (train_mb(model_name, hook_name, d_sae, k, steps, windows)
             + model.cfg.activations_mb(INDUCTION_BATCH, 1 + 2 * eval_length(model.cfg.n_ctx)))
 
 
@@ -213,9 +215,8 @@ def induction_control_mb(model_name: str, hook_name: str, d_sae: int, k: int, st
 def induction_control(model_name: str, hook_name: str, d_sae: int, k: int, steps: int, windows: int,
                       seed: int = 0) -> InductionControl:
     """``induction_latents`` of an SAE on zoo model ``model_name`` at ``hook_name`` and of one trained alike (same
-    sizes, text, steps and seed) on ``zoo.random_model`` of the same config, both reading the zoo model's tokens."""
-    model = zoo.load(model_name)
-    random = zoo.random_model(model.cfg)
-    saes = [fit(m, hook_name, model.tokenizer, d_sae, k, steps, windows=windows, seed=seed).model
-            for m in (model, random)]
-    return InductionControl(induction_latents(model, saes[0], seed), induction_latents(random, saes[1], seed))
+    sizes, text, steps and seed) on random weights of its shape (``sae_residual.RANDOM``), both reading the zoo
+    model's tokens."""
+    trained, random = (train_on_zoo(name, hook_name, d_sae, k, steps, windows, seed=seed).model
+                       for name in (model_name, RANDOM + model_name))
+    return InductionControl(induction_latents(trained, seed), induction_latents(random, seed))

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from mechlib.config import JsonConfig, whole
 from mechlib.shared import Shareable
 
-__all__ = ["ACTIVATIONS", "SAEConfig", "SAE", "SAEStats", "sae_stats", "initialised", "train_sae", "sae_mb"]
+__all__ = ["ACTIVATIONS", "SAEConfig", "SAE", "SAEStats", "sae_stats", "initialised", "learning_rate", "train_sae", "sae_mb"]
 
 ACTIVATIONS = ("relu", "topk")
 LIMITS = {"d_in": (1, 32768), "d_sae": (1, 1 << 20)}
@@ -141,17 +141,26 @@ def initialised(cfg: SAEConfig, acts: Tensor, generator: torch.Generator) -> SAE
     return sae
 
 
+def learning_rate(step: int, steps: int, lr: float, decay: float) -> float:
+    """``lr``, then falling linearly to 0 over the last ``decay`` share of the steps (Gao et al. 2024 decay theirs
+    over the last part of training; 0: constant). ``step`` counts from 0."""
+    return lr if decay <= 0 else lr * min(1.0, (steps - step) / (decay * steps))
+
+
 def train_sae(acts: Tensor, cfg: SAEConfig, steps: int, *, batch_size: int = 1024, lr: float = 1e-3, seed: int = 0,
-              on_step: Callable[[int, float], None] | None = None) -> SAE:  # acts: [n, d_in]
-    """Adam on minibatches drawn from ``acts`` with ``seed``; after each step the decoder's rows are set back to unit
-    norm (TopK; for ReLU the penalty already weighs each row's norm, so they are left free). ``on_step(step, loss)``
-    after every step: it may raise to stop the training."""
+              decay: float = 0.0, on_step: Callable[[int, float, "SAE"], None] | None = None) -> SAE:  # acts: [n, d_in]
+    """Adam on minibatches drawn from ``acts`` with ``seed``, the step size from ``learning_rate``; after each step the
+    decoder's rows are set back to unit norm (TopK; for ReLU the penalty already weighs each row's norm, so they are
+    left free). ``on_step(step, loss, sae)`` after every step (from 1): it may evaluate the SAE, or raise to stop the
+    training."""
     if steps < 1 or batch_size < 1:
         raise ValueError(f"training needs steps ≥ 1 and batch_size ≥ 1, not {steps} and {batch_size}")
     generator = torch.Generator().manual_seed(seed)
     sae = initialised(cfg, acts, generator)
     optimizer = torch.optim.Adam(sae.parameters(), lr=lr)
     for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, steps, lr, decay)
         rows = torch.randint(len(acts), (batch_size,), generator=generator).to(acts.device)
         loss, _ = sae.loss(acts[rows])
         optimizer.zero_grad(set_to_none=True)
@@ -161,7 +170,7 @@ def train_sae(acts: Tensor, cfg: SAEConfig, steps: int, *, batch_size: int = 102
             with torch.no_grad():
                 sae.W_dec /= sae.W_dec.norm(dim=-1, keepdim=True)
         if on_step is not None:
-            on_step(step + 1, float(loss))
+            on_step(step + 1, float(loss), sae)
     return sae.requires_grad_(False).eval()
 
 

@@ -30,10 +30,11 @@ from mechlib.data import TextData, Tokenizer, builtin_text
 from mechlib.device import DEVICE, costs
 from mechlib.loss import next_token_loss
 from mechlib.model import Transformer
-from mechlib.sae import SAE, SAEConfig, initialised, sae_mb, sae_stats
+from mechlib.sae import SAE, SAEConfig, sae_mb, sae_stats, train_sae
 
-__all__ = ["EVAL_WINDOWS", "GOALS", "HOOKS", "TRAIN_WINDOWS", "SAEProgress", "SAEReport", "SAETraining",
-           "activations", "collect_mb", "evaluate", "evaluate_mb", "fit", "fit_mb", "hook_layer", "hook_width",
+__all__ = ["EVAL_WINDOWS", "GOALS", "HOOKS", "TRAIN_WINDOWS", "STEPS", "DECAY", "RANDOM", "SAEProgress", "SAEReport",
+           "SAETraining", "activations", "base_model", "collect_mb", "evaluate", "evaluate_mb", "hook_layer",
+           "hook_width",
            "loss_recovered", "spliced_losses", "text_windows", "train_mb", "train_on_activations", "train_on_zoo"]
 
 HOOKS = {"attn-only-2l": ("blocks.0.hook_resid_post", "blocks.1.hook_resid_post"),
@@ -43,6 +44,9 @@ TRAIN_WINDOWS = 2048  # windows of train text whose activations the SAE learns f
 EVAL_WINDOWS = 256    # windows of held-out text it is graded on
 CHUNK = 128           # windows per forward pass
 TEXT_SEED = {"train": 0, "heldout": 4321}
+STEPS = 800           # a training's steps: the defaults meet GOALS on attn-only-2l's residual stream
+DECAY = 0.2           # the step size falls linearly to 0 over this last share of them
+RANDOM = "random weights of "  # an SAE's model name for a random model of a zoo model's shape
 
 
 def hook_layer(hook_name: str) -> int:
@@ -107,36 +111,29 @@ class SAETraining:
     history: list[dict[str, float]] = field(default_factory=list)  # one row per evaluation: step, loss, metrics
 
 
-def _lr(step: int, steps: int, lr: float) -> float:
-    """Constant, then linear decay to 0 over the last fifth (Gao et al. 2024 decay over the last part of training)."""
-    return lr * min(1.0, 5 * (steps - step) / steps)
+def base_model(model_name: str) -> tuple[Transformer, Tokenizer]:
+    """(the model an SAE's config names, the tokenizer its text is read with): a zoo model, or random weights of a zoo
+    model's shape (``RANDOM`` + its name, ``zoo.random_model``), which reads the zoo model's tokens (a random model
+    has no tokenizer of its own). Raises ``ValueError`` for a name that is neither."""
+    zoo_name = model_name.removeprefix(RANDOM)
+    if zoo_name not in HOOKS:
+        raise ValueError(f"this SAE reads {model_name[:60]!r}; SAEs here read {', '.join(HOOKS)} or random weights of "
+                         "their shapes")
+    model = zoo.load(zoo_name)
+    return (zoo.random_model(model.cfg) if model_name.startswith(RANDOM) else model), model.tokenizer
 
 
 def train_on_activations(acts: Tensor, heldout: Tensor, cfg: SAEConfig, steps: int, *, batch_size: int, lr: float,
                          seed: int = 0, eval_every: int = 100,
                          on_progress: Callable[[SAEProgress], None] | None = None,
                          on_step: Callable[[int], None] | None = None) -> SAETraining:
-    """``sae.train_sae``'s training (the same initialisation, loss, Adam and unit-norm decoder rows for TopK), with a
-    learning rate decayed over the last fifth and an evaluation every ``eval_every`` steps and at the last: the
-    measures of ``sae_stats`` on ``heldout`` [n, d_in], passed to ``on_progress``. ``on_step(step)`` after every step
-    (it may raise to stop the training). acts: [n, d_in]."""
-    if steps < 1 or batch_size < 1:
-        raise ValueError(f"training needs steps ≥ 1 and batch_size ≥ 1, not {steps} and {batch_size}")
-    generator = torch.Generator().manual_seed(seed)
-    sae = initialised(cfg, acts, generator)
-    optimizer = torch.optim.Adam(sae.parameters(), lr=lr)
-    result, start, evaluation_s = SAETraining(sae), time.perf_counter(), 0.0
-    for step in range(1, steps + 1):
-        for group in optimizer.param_groups:
-            group["lr"] = _lr(step - 1, steps, lr)
-        rows = torch.randint(len(acts), (batch_size,), generator=generator).to(acts.device)
-        loss = sae.loss(acts[rows])[0]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if cfg.activation == "topk":
-            with torch.no_grad():
-                sae.W_dec /= sae.W_dec.norm(dim=-1, keepdim=True)
+    """``sae.train_sae``, its step size decayed over the last ``DECAY`` of the steps, with an evaluation every
+    ``eval_every`` steps and at the last: the measures of ``sae_stats`` on ``heldout`` [n, d_in], kept in the history
+    and passed to ``on_progress``. ``on_step(step)`` after every step (it may raise to stop the training).
+    acts: [n, d_in]."""
+    history, start, spent = [], time.perf_counter(), [0.0]
+
+    def stepped(step: int, loss: float, sae: SAE) -> None:
         if on_step is not None:
             on_step(step)
         if step % eval_every == 0 or step == steps:
@@ -144,52 +141,42 @@ def train_on_activations(acts: Tensor, heldout: Tensor, cfg: SAEConfig, steps: i
             stats = sae_stats(sae, heldout)
             metrics = {"l0": stats.l0, "variance_explained": stats.variance_explained,
                        "dead_fraction": stats.dead_fraction}
-            evaluation_s += time.perf_counter() - began
-            result.history.append({"step": float(step), "loss": float(loss.detach()), **metrics})
+            spent[0] += time.perf_counter() - began
+            history.append({"step": float(step), "loss": loss, **metrics})
             if on_progress is not None:
-                on_progress(SAEProgress(step, steps, float(loss.detach()), metrics, time.perf_counter() - start, evaluation_s))
-    sae.requires_grad_(False).eval()
-    return result
+                on_progress(SAEProgress(step, steps, loss, metrics, time.perf_counter() - start, spent[0]))
 
-
-def fit(model: Transformer, hook_name: str, tokenizer: Tokenizer, d_sae: int, k: int, steps: int, *,
-        windows: int = TRAIN_WINDOWS, batch_size: int = 512, lr: float = 3e-3, seed: int = 0, eval_every: int = 100,
-        on_progress: Callable[[SAEProgress], None] | None = None,
-        on_step: Callable[[int], None] | None = None) -> SAETraining:
-    """A TopK SAE of ``d_sae`` latents on ``model``'s activations at ``hook_name``: learnt from ``windows`` windows of
-    train text (``tokenizer``'s ids: a random model has none of its own), evaluated on ``EVAL_WINDOWS`` of held-out
-    text as it trains (``train_on_activations``)."""
-    acts = activations(model, hook_name, text_windows(tokenizer, model.cfg.n_ctx, "train", windows, seed))  # [n d_in]
-    heldout = activations(model, hook_name, text_windows(tokenizer, model.cfg.n_ctx, "heldout", EVAL_WINDOWS))
-    cfg = SAEConfig(acts.shape[1], d_sae, k=k, hook_name=hook_name)
-    return train_on_activations(acts, heldout, cfg, steps, batch_size=batch_size, lr=lr, seed=seed,
-                                eval_every=eval_every, on_progress=on_progress, on_step=on_step)
-
-
-def fit_mb(model: Transformer, hook_name: str, d_sae: int, k: int, windows: int, batch_size: int) -> float:
-    """What ``fit`` holds: both sets of activations and the SAE's training (``sae.sae_mb``)."""
-    return (collect_mb(model, hook_name, windows) + collect_mb(model, hook_name, EVAL_WINDOWS)
-            + sae_mb(SAEConfig(hook_width(model, hook_name), d_sae, k=k), batch_size))
+    sae = train_sae(acts, cfg, steps, batch_size=batch_size, lr=lr, seed=seed, decay=DECAY, on_step=stepped)
+    return SAETraining(sae, history)
 
 
 def train_mb(model_name: str, hook_name: str, d_sae: int = 512, k: int = 16, steps: int = 0,
              windows: int = TRAIN_WINDOWS, batch_size: int = 512, *_, **__) -> float:
-    return fit_mb(zoo.load(model_name), hook_name, d_sae, k, windows, batch_size)
+    """What ``train_on_zoo`` holds: both sets of activations and the SAE's training (``sae.sae_mb``)."""
+    model, _ = base_model(model_name)
+    return (collect_mb(model, hook_name, windows) + collect_mb(model, hook_name, EVAL_WINDOWS)
+            + sae_mb(SAEConfig(hook_width(model, hook_name), d_sae, k=k), batch_size))
 
 
 @costs(train_mb, "training a sparse autoencoder on a zoo model's activations")
-def train_on_zoo(model_name: str, hook_name: str, d_sae: int = 512, k: int = 16, steps: int = 800,
+def train_on_zoo(model_name: str, hook_name: str, d_sae: int = 512, k: int = 16, steps: int = STEPS,
                  windows: int = TRAIN_WINDOWS, batch_size: int = 512, lr: float = 3e-3, seed: int = 0,
                  eval_every: int = 100, on_progress: Callable[[SAEProgress], None] | None = None,
                  on_step: Callable[[int], None] | None = None) -> SAETraining:
-    """The worker's entry point: ``fit`` on zoo model ``model_name`` at ``hook_name``, one of ``HOOKS[model_name]``.
-    The defaults meet ``GOALS`` on attn-only-2l's residual stream (``bench/sae_residual.py``)."""
-    if hook_name not in HOOKS.get(model_name, ()):
+    """The worker's entry point: a TopK SAE of ``d_sae`` latents on the activations at ``hook_name`` (one of
+    ``HOOKS[zoo model]``) of ``model_name`` (a zoo model, or ``RANDOM`` + one: ``base_model``), learnt from
+    ``windows`` windows of train text, evaluated on ``EVAL_WINDOWS`` of held-out text as it trains
+    (``train_on_activations``). Its config names the model and the hook. The defaults meet ``GOALS`` on
+    attn-only-2l's residual stream (``bench/sae_residual.py``)."""
+    model, tokenizer = base_model(model_name)
+    if hook_name not in HOOKS[model_name.removeprefix(RANDOM)]:
         raise ValueError(f"SAEs train on {', '.join(f'{m}: {h}' for m, hs in HOOKS.items() for h in hs)}; "
                          f"not {model_name}'s {hook_name!r}")
-    model = zoo.load(model_name)
-    return fit(model, hook_name, model.tokenizer, d_sae, k, steps, windows=windows, batch_size=batch_size, lr=lr,
-               seed=seed, eval_every=eval_every, on_progress=on_progress, on_step=on_step)
+    acts = activations(model, hook_name, text_windows(tokenizer, model.cfg.n_ctx, "train", windows, seed))  # [n d_in]
+    heldout = activations(model, hook_name, text_windows(tokenizer, model.cfg.n_ctx, "heldout", EVAL_WINDOWS))
+    cfg = SAEConfig(acts.shape[1], d_sae, k=k, hook_name=hook_name, model_name=model_name)
+    return train_on_activations(acts, heldout, cfg, steps, batch_size=batch_size, lr=lr, seed=seed,
+                                eval_every=eval_every, on_progress=on_progress, on_step=on_step)
 
 
 @torch.inference_mode()
@@ -242,17 +229,18 @@ class SAEReport:
         return all(self.verdicts.values())
 
 
-def evaluate_mb(model: Transformer, sae: SAE, windows: int = EVAL_WINDOWS, *_) -> float:
+def evaluate_mb(sae: SAE, windows: int = EVAL_WINDOWS) -> float:
     """The held-out activations and one chunk's cache and logits, in MB."""
-    cfg = model.cfg
-    return collect_mb(model, sae.cfg.hook_name, windows) + 4 * CHUNK * cfg.n_ctx * cfg.d_vocab / 1e6
+    model, _ = base_model(sae.cfg.model_name)
+    return collect_mb(model, sae.cfg.hook_name, windows) + 4 * CHUNK * model.cfg.n_ctx * model.cfg.d_vocab / 1e6
 
 
 @costs(evaluate_mb, "grading a sparse autoencoder on held-out text")
-def evaluate(model: Transformer, sae: SAE, windows: int = EVAL_WINDOWS, tokenizer: Tokenizer | None = None) -> SAEReport:
-    """``sae`` (reading ``sae.cfg.hook_name``) graded on ``windows`` windows of held-out text, in ``tokenizer``'s ids
-    (by default the model's)."""
-    tokens = text_windows(tokenizer or model.tokenizer, model.cfg.n_ctx, "heldout", windows)
+def evaluate(sae: SAE, windows: int = EVAL_WINDOWS) -> SAEReport:
+    """``sae`` graded on ``windows`` windows of held-out text, at the hook of the model its config names
+    (``base_model``)."""
+    model, tokenizer = base_model(sae.cfg.model_name)
+    tokens = text_windows(tokenizer, model.cfg.n_ctx, "heldout", windows)
     stats = sae_stats(sae, activations(model, sae.cfg.hook_name, tokens))
     clean, spliced, zero = spliced_losses(model, sae.cfg.hook_name, tokens, sae)
     return SAEReport(sae.cfg.hook_name, sae.cfg.d_sae, stats.l0, stats.variance_explained, stats.dead_fraction,

@@ -13,9 +13,9 @@ from mechlib.sae import SAE, SAEConfig
 RESID = "blocks.1.hook_resid_post"
 
 
-def probe(d_in: int, hook_name: str, seed: int = 0) -> SAE:
+def probe(d_in: int, hook_name: str, model_name: str, seed: int = 0) -> SAE:
     """A ReLU SAE of 8 random unit directions, each read and written along itself, with a bias that keeps it sparse."""
-    sae = SAE(SAEConfig(d_in, 8, activation="relu", hook_name=hook_name))
+    sae = SAE(SAEConfig(d_in, 8, activation="relu", hook_name=hook_name, model_name=model_name))
     directions = torch.randn(8, d_in, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         sae.W_dec.copy_(directions / directions.norm(dim=-1, keepdim=True))
@@ -27,8 +27,8 @@ def probe(d_in: int, hook_name: str, seed: int = 0) -> SAE:
 @pytest.fixture(scope="module")
 def attn_view():
     model = zoo.load("attn-only-2l")
-    sae = probe(128, RESID)
-    return model, sae, latents.browse(model, sae, 3)
+    sae = probe(128, RESID, "attn-only-2l")
+    return model, sae, latents.browse(sae, 3)
 
 
 def test_the_top_contexts_are_the_texts_highest_activations_highest_first(attn_view):
@@ -68,8 +68,8 @@ def test_head_writes_are_the_heads_shares_of_the_residual_along_the_direction(at
 
 def test_an_mlp_latents_logit_effect_goes_through_w_out_and_the_final_layernorm():
     model = zoo.load("gelu-2l")
-    sae = probe(512, "blocks.0.mlp.hook_post")
-    view = latents.browse(model, sae, 0)
+    sae = probe(512, "blocks.0.mlp.hook_post", "gelu-2l")
+    view = latents.browse(sae, 0)
     direction = latents.latent_direction(model, sae, 0)
     written = sae.W_dec[0] @ model.blocks[0].mlp.W_out                                  # [d_model]
     assert torch.allclose(direction, written / written.norm())
@@ -77,7 +77,7 @@ def test_an_mlp_latents_logit_effect_goes_through_w_out_and_the_final_layernorm(
     centred = (direction - direction.mean()) * model.ln_final.w @ model.unembed.W_U      # up to the positive scale
     assert view.promoted == centred.topk(latents.TOP_TOKENS).indices.tolist()
     with pytest.raises(ValueError, match="latents 0…7"):
-        latents.browse(model, sae, 8)
+        latents.browse(sae, 8)
 
 
 def test_induction_features_are_found_in_attn_only_2l_and_not_in_a_random_model_of_its_shape():

@@ -14,9 +14,9 @@ from mechlib.sae import SAE, SAEConfig
 RESID = "blocks.1.hook_resid_post"
 
 
-def identity_sae(d_in: int, hook_name: str) -> SAE:
+def identity_sae(d_in: int, hook_name: str, model_name: str = "attn-only-2l") -> SAE:
     """A ReLU "SAE" of 2·d_in latents that reconstructs exactly: f = (relu(x), relu(−x)), x̂ = relu(x) − relu(−x)."""
-    sae = SAE(SAEConfig(d_in, 2 * d_in, activation="relu", hook_name=hook_name))
+    sae = SAE(SAEConfig(d_in, 2 * d_in, activation="relu", hook_name=hook_name, model_name=model_name))
     eye = torch.eye(d_in)
     with torch.no_grad():
         sae.W_enc.copy_(torch.cat([eye, -eye], dim=1))
@@ -26,7 +26,7 @@ def identity_sae(d_in: int, hook_name: str) -> SAE:
 
 def test_an_identity_sae_spliced_in_gives_the_clean_loss_exactly_and_recovers_all_of_it():
     model = zoo.load("attn-only-2l")
-    report = sr.evaluate(model, identity_sae(128, RESID), windows=16)
+    report = sr.evaluate(identity_sae(128, RESID), windows=16)
     assert report.loss_sae == report.loss_clean < report.loss_zero
     assert report.loss_recovered == 1.0 and report.variance_explained == pytest.approx(1.0, abs=1e-6)
     assert report.l0 <= 128 and report.activations == 16 * (model.cfg.n_ctx - 1)
@@ -83,8 +83,19 @@ def test_the_workers_entry_point_reports_each_evaluation_and_every_step_and_decl
     assert progress[-1].metrics["l0"] == 8.0 and progress[-1].metrics == {k: result.history[-1][k] for k in
                                                                             ("l0", "variance_explained", "dead_fraction")}
     assert isinstance(result.model, SAE) and result.model.cfg.hook_name == RESID
+    assert result.model.cfg.model_name == "attn-only-2l"  # the SAE names what it reads: a link opens it alone
     assert progress[-1].metrics["variance_explained"] > progress[0].metrics["variance_explained"] > 0
     assert experiment_mb(sr.train_on_zoo, "attn-only-2l", RESID, 512) > experiment_mb(sr.train_on_zoo, "attn-only-2l",
                                                                                       RESID, 256) > 0
     with pytest.raises(ValueError, match="not attn-only-2l's 'blocks.0.mlp.hook_post'"):
         sr.train_on_zoo("attn-only-2l", "blocks.0.mlp.hook_post")
+
+
+def test_an_sae_names_its_model_a_zoo_model_or_random_weights_of_its_shape():
+    model, tokenizer = sr.base_model("attn-only-2l")
+    assert model is zoo.load("attn-only-2l") and tokenizer is model.tokenizer
+    random, tokens = sr.base_model(sr.RANDOM + "attn-only-2l")
+    assert random.cfg == model.cfg and tokens is model.tokenizer  # the zoo model's text, random weights
+    assert not torch.equal(random.blocks[0].attn.W_Q, model.blocks[0].attn.W_Q)
+    with pytest.raises(ValueError, match="this SAE reads 'gpt2'; SAEs here read attn-only-2l, gelu-2l"):
+        sr.base_model("gpt2")

@@ -9,8 +9,8 @@ and measures that server; ``--url`` measures a running one (e.g. a proxy in fron
 protocol, so what is measured is the server. Students join over the first 30 s. A student opens a page, then every
 2–5 s (think time, after the reply) moves one of the page's widgets, at random, and waits for "script finished": a
 slider dragged by up to a tenth of its range, or a radio or select box set to another option; after four moves it
-opens the next page of ``--pages``. ``--train`` of the clients press the Train page's preset instead, again and
-again. ``--drill`` adds one student who, once the class is running, makes ten fast moves of the Equivalence page's
+opens the next page of ``--pages``. ``--train`` of the clients press a training's button instead, again and
+again: every other one the Train page's preset, the rest the Dictionary learning page's sparse autoencoder. ``--drill`` adds one student who, once the class is running, makes ten fast moves of the Equivalence page's
 d_model slider (0.3 s apart, without waiting for replies), as a student dragging it would. ``--room``: a live class
 instead, one teacher and ``--clients`` students following (``bench/live_class.py``).
 
@@ -54,6 +54,8 @@ THINK_S = (2.0, 5.0)
 ARRIVALS_S = (0.0, 30.0)  # students join over the first half minute, as a class does
 REPLY_TIMEOUT_S = 120.0
 PRESET_BUTTON = "Watch an induction head form"
+SAE_BUTTON = "Train a sparse autoencoder"  # the Dictionary learning page's job: every other trainer presses it
+TRAININGS = (("train", PRESET_BUTTON, "Training stopped at step"), ("dictionary", SAE_BUTTON, "loss recovered"))
 CONTENT = {"markdown", "plotly_chart", "metric", "table", "dataframe", "heading", "alert", "code", "text", "json",
            "progress", "exception"}
 
@@ -254,16 +256,18 @@ async def analyse(student: Student, pages: list[str], stop: asyncio.Event) -> No
                     await student.move()
 
 
-async def trains(student: Student, stop: asyncio.Event) -> None:
-    """A student pressing the Train page's preset, again and again, until ``stop``."""
+async def trains(student: Student, stop: asyncio.Event, job: int) -> None:
+    """A student pressing a training's button (``TRAININGS[job]``: the Train page's preset, or the Dictionary
+    learning page's sparse autoencoder), again and again, until ``stop``."""
+    page, button, done = TRAININGS[job % len(TRAININGS)]
     await think(student.rng, stop, ARRIVALS_S)
     async with connected(student):
-        await student.open("train")
+        await student.open(page)
         while not stop.is_set():
             student.texts.clear()
             start = time.perf_counter()
-            await student.rerun(press=PRESET_BUTTON)  # trains, then reruns to show the result
-            if any("Training stopped at step" in t for t in student.texts):
+            await student.rerun(press=button)  # trains, then reruns to show the result
+            if any(done in t for t in student.texts):
                 student.stats.trainings.append(time.perf_counter() - start)
             await think(student.rng, stop)
 
@@ -358,7 +362,7 @@ async def measure(url: str, pids: list[int], args) -> dict[str, float]:
     analysts = [Student(url, stats, random.Random(i)) for i in range(args.clients - args.train)]
     trainers = [Student(url, stats, random.Random(1000 + i)) for i in range(args.train)]
     tasks = [asyncio.ensure_future(analyse(s, args.pages, stop)) for s in analysts]
-    tasks += [asyncio.ensure_future(trains(s, stop)) for s in trainers]
+    tasks += [asyncio.ensure_future(trains(s, stop, job)) for job, s in enumerate(trainers)]
     if args.drill:
         tasks.append(asyncio.ensure_future(drill(url, stats, 20.0)))
     await asyncio.sleep(60 * args.minutes)

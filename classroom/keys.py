@@ -15,6 +15,7 @@ REFUSED_UPLOADS = "refused uploads"    # dict digest -> why: a refused file left
 TRAIN_TEXT = "train text"              # (file name, digest, text): the Train page's last valid upload
 LAST_TRAINED = "last trained"          # dict: the Train page's last result, drawn again after the training
 BAR_GUESS = "bar guess"                # str: the Train page's prediction before a preset run
+SAE_TRAINED = "sae trained"            # str: the store id of the SAE just trained, put in the page's id box next run
 ROOM = "room state"                    # RoomState: this session's place in a live class (``live.membership``)
 
 # Presentation and reading mode (``page.slides``).
@@ -45,7 +46,7 @@ pin = Family("pin ", "the teacher's pin toggle of the stored model with this id"
 
 
 _OWN = {SESSION_ID, MODEL_CHOICE, SESSION_MODELS, SELECT_MODEL, URL_NOTES, REFUSED_UPLOADS, TRAIN_TEXT, LAST_TRAINED,
-        BAR_GUESS, ROOM, COUNTS}
+        BAR_GUESS, SAE_TRAINED, ROOM, COUNTS}
 _FAMILIES = tuple(family.prefix for family in (reveal, guess, asked, predict, exercise, pin))
 
 # Widget keys read outside their widget (each is also its URL name).

@@ -4,8 +4,8 @@
 
 from dataclasses import dataclass
 
-from classroom.pages import (CIRCUITS_ONE, CIRCUITS_TWO, CIRCUITS_ZERO, EQUIVALENCE, LSTM, PATTERNS, PHASE_CHANGE,
-                             RESIDUAL, TRAIN, WHICH_INPUT)
+from classroom.pages import (CIRCUITS_ONE, CIRCUITS_TWO, CIRCUITS_ZERO, DICTIONARY, EQUIVALENCE, LSTM, PATTERNS,
+                             PHASE_CHANGE, RESIDUAL, TRAIN, WHICH_INPUT)
 
 READINGS = {
     "000": "Transformers (and attention) are just fancy addition machines",
@@ -33,9 +33,9 @@ STEPS = (
          "element into its per-head partial sums."),
     Step("Patterns and messages", ("002",), (PATTERNS.file,), 10, 15,
          "Predict where a position looks and the rank of W_OV; check that only the products W_QK and W_OV matter."),
-    Step("The residual stream", ("002", "003"), (RESIDUAL.file,), 10, 20,
+    Step("The residual stream", ("002", "003"), (RESIDUAL.file,), 10, 15,
          "Read the ledger that adds up to the final residual, then the logit lens and direct logit attribution."),
-    Step("Zero- and one-layer circuits", ("003",), (CIRCUITS_ZERO.file, CIRCUITS_ONE.file), 5, 15,
+    Step("Zero- and one-layer circuits", ("003",), (CIRCUITS_ZERO.file, CIRCUITS_ONE.file), 5, 10,
          "The bigram table W_E W_U; skip-trigrams and copying heads from their OV eigenvalues."),
     Step("Two-layer circuits: composition and induction", ("003",), (CIRCUITS_TWO.file,), 10, 15,
          "Find the previous-token head, predict which head an ablation breaks, read K-composition."),
@@ -45,6 +45,9 @@ STEPS = (
          "Share one prediction out among the heads by Shapley values, then among the tokens by SHAP and LIME, and "
          "set each beside what the circuit does: direct logit attribution, path patching, the induction head's "
          "attention."),
+    Step("Dictionary learning", ("003",), (DICTIONARY.file,), 0, 10,
+         "Predict how many features a toy model squeezes into two dimensions, grade a sparse autoencoder against "
+         "its true features, then train one on a zoo model's residual stream and browse its latents."),
     Step("Train one yourself", ("003",), (TRAIN.file,), 0, 10,
          "Each group trains the induction preset and shares its link with the class."),
     Step("The LSTM analogy", ("002",), (LSTM.file,), 0, 10,

@@ -53,6 +53,12 @@ WHICH_INPUT = Page(
     "the induction head's attention, and a convolution's channels as the heads of W_O",
     "Runs on the zoo's `attn-only-2l` on a repeated random sequence from the sidebar's seed, or on the sidebar's "
     "model where it fits.", "Compare and train")
+DICTIONARY = Page(
+    "app_pages/dictionary.py", "Dictionary learning", ":material/dictionary:", "dictionary",
+    "features in superposition, a sparse autoencoder graded by the toy's true features, then sparse autoencoders on "
+    "the zoo's residual streams and neurons, with a latent browser",
+    "Runs on its own toy model of superposition, then on the zoo's `attn-only-2l` and `gelu-2l` (and random models "
+    "of their shapes); the sidebar's model is not used.", "Compare and train")
 LSTM = Page(
     "app_pages/lstm.py", "The LSTM analogy", ":material/memory_alt:", "lstm",
     "the LSTM analogy: cell state and residual stream, gates and patterns, and where it breaks",
@@ -66,7 +72,7 @@ TRAIN = Page(
     "Compare and train")
 
 PAGES = (HOME, EQUIVALENCE, PATTERNS, RESIDUAL, CIRCUITS_ZERO, CIRCUITS_ONE, CIRCUITS_TWO, PHASE_CHANGE, WHICH_INPUT,
-         LSTM, TRAIN)  # in the navigation's order, each group's pages together
+         DICTIONARY, LSTM, TRAIN)  # in the navigation's order, each group's pages together
 
 def at(url_path: str) -> Page:
     """The page at ``url_path`` (its path in the address, "" for the start page)."""

@@ -590,3 +590,98 @@ def attention_row(pattern: np.ndarray, query: int, labels: list[str], title: str
     """One head's attention [query_pos key_pos] from position ``query`` to each position up to it, drawn as
     ``token_credit`` draws a token attribution: the same positions, ticks and colours, to set beside it."""
     return token_credit(pattern[query, : query + 1], labels[: query + 1], title, "attention weight", marks)
+
+
+__all__ += ["FATE_COLOURS", "fates", "feature_directions", "feature_bars", "SAE_CURVES", "sae_curves", "ranked_bars"]
+
+FATE_COLOURS = {"a direction of its own": "#00CC96", "shared: in superposition": "#636EFA",
+                "not represented": "#BBBBBB"}
+
+
+def fates(own: np.ndarray, represented: np.ndarray) -> list[str]:
+    """Each toy feature's fate [feature] (``superposition``'s verdicts), as ``FATE_COLOURS`` names it."""
+    names = list(FATE_COLOURS)
+    return [names[0] if o else names[1] if r else names[2] for o, r in zip(own, represented)]
+
+
+def feature_directions(W: np.ndarray, own: np.ndarray, represented: np.ndarray, title: str) -> go.Figure:
+    """The toy model's feature directions W [hidden, feature] (Elhage et al. 2022). In 2 hidden dimensions each
+    feature is an arrow from the origin to W_i, coloured by its fate (its own direction, shared, not represented):
+    the paper's polygons. In more, the features' overlaps WᵀW [feature, feature] as a heatmap: the diagonal ‖W_i‖²,
+    off it the interference between two features."""
+    labels = [f"feature {i}" for i in range(W.shape[1])]
+    if W.shape[0] != 2:
+        gram = W.T @ W
+        bound = float(max(np.abs(gram).max(), 1e-9))
+        cells = go.Heatmap(z=gram, x=labels, y=labels, colorscale="RdBu", zmid=0, zmin=-bound, zmax=bound,
+                           colorbar=_colorbar("Wᵢ · Wⱼ"), hovertemplate="%{y} · %{x} = %{z:.3f}<extra></extra>")
+        return _figure([cells], title, 480, {"yaxis": {"autorange": "reversed"}})
+    kinds = fates(own, represented)
+    arrows = [go.Scatter(x=[0, W[0, i]], y=[0, W[1, i]], mode="lines+markers+text", showlegend=False,
+                         line={"color": FATE_COLOURS[kind], "width": 3}, marker={"size": [0, 10]},
+                         text=["", str(i)], textposition="top center",
+                         hovertemplate=f"{labels[i]}: {kind}<br>W = (%{{x:.2f}}, %{{y:.2f}})<extra></extra>")
+              for i, kind in enumerate(kinds)]
+    keys = [go.Scatter(x=[None], y=[None], mode="lines", name=kind, line={"color": colour, "width": 3})
+            for kind, colour in FATE_COLOURS.items() if kind in kinds]
+    reach = 1.15 * float(max(np.abs(W).max(), 1e-9))
+    return _figure(arrows + keys, title, 480, {
+        "xaxis": {"title": "hidden dimension 1", "range": [-reach, reach], "zeroline": True},
+        "yaxis": {"title": "hidden dimension 2", "range": [-reach, reach], "zeroline": True, "scaleanchor": "x"}},
+        legend=_legend_below())
+
+
+def feature_bars(values: np.ndarray, kinds: list[str], colours: dict[str, str], title: str, axis: str,
+                 bar: tuple[float, str] | None = None) -> go.Figure:
+    """One bar per feature (or latent) [feature], coloured by its kind (``colours``: kind -> colour, each in the
+    legend); ``bar``: (value, its name) drawn as a dashed line across, the threshold a verdict reads."""
+    labels = [str(i) for i in range(len(values))]
+    bars = [go.Bar(x=[labels[i] for i, k in enumerate(kinds) if k == kind],
+                   y=[float(values[i]) for i, k in enumerate(kinds) if k == kind], name=plain(kind),
+                   marker_color=colour, hovertemplate=f"%{{x}}<br>{axis}: %{{y:.3f}}<extra>{plain(kind)}</extra>")
+            for kind, colour in colours.items() if kind in kinds]
+    layout = {"shapes": [], "annotations": []}
+    if bar is not None:
+        layout = {"shapes": [{"type": "line", "x0": 0, "x1": 1, "xref": "x domain", "y0": bar[0], "y1": bar[0],
+                              "yref": "y", "line": {"dash": "dash", "color": "#444444"}}],
+                  "annotations": [{"text": plain(bar[1]), "x": 1, "xref": "x domain", "y": bar[0], "yref": "y",
+                                   "xanchor": "right", "yanchor": "bottom", "showarrow": False}]}
+    return _figure(bars, title, 400, {"xaxis": {"title": "feature", "type": "category",
+                                                "categoryorder": "array", "categoryarray": labels},
+                                      "yaxis": {"title": axis}}, legend=_legend_below(), **layout)
+
+
+SAE_CURVES = (("variance_explained", "variance explained", "#00CC96"), ("dead_fraction", "dead latents", "#AB63FA"))
+
+
+def sae_curves(history: list[dict[str, float]]) -> go.Figure:
+    """A sparse autoencoder's training: L0 (latents active per token) and, as shares (0–1), the variance it explains
+    and its dead latents, on held-out activations, against the step (history: one row per evaluation)."""
+    steps = [row["step"] for row in history]
+    layout, _ = _grid(1, 2, ["L0: latents active per token", "shares of the held-out activations"], 0.12, 0.3)
+    lines = [go.Scatter(x=steps, y=[row["l0"] for row in history], name="L0", mode="lines+markers", meta="l0",
+                        line={"color": "#636EFA"}, xaxis="x", yaxis="y",
+                        hovertemplate="step %{x}<br>L0 %{y:.1f} latents<extra></extra>")]
+    lines += [go.Scatter(x=steps, y=[row[key] for row in history], name=name, mode="lines+markers", meta=key,
+                         line={"color": colour}, xaxis="x2", yaxis="y2",
+                         hovertemplate=f"step %{{x}}<br>{name} %{{y:.3f}}<extra></extra>")
+              for key, name, colour in SAE_CURVES]
+    steps_axis = {"title": "training step"}
+    axes = {"xaxis": {**layout["xaxis"], **steps_axis}, "xaxis2": {**layout["xaxis2"], **steps_axis},
+            "yaxis": {**layout["yaxis"], "title": "latents", "rangemode": "tozero"},
+            "yaxis2": {**layout["yaxis2"], "title": "share (0–1)", "range": [0, 1.05]}}
+    return _figure(lines, "The sparse autoencoder learning, on held-out text", 400, axes,
+                   title_pad=_raised_title(layout["annotations"]), annotations=layout["annotations"],
+                   legend=_legend_below())
+
+
+def ranked_bars(values: np.ndarray, labels: list[str], title: str, axis: str, categories: str) -> go.Figure:
+    """Horizontal bars [entry], in the order given, largest first at the top: a latent's promoted and suppressed
+    tokens, the heads that write along it. Positive bars one colour, negative another."""
+    ticks = [plain(label) for label in labels]
+    bars = go.Bar(y=ticks, x=[float(v) for v in values], orientation="h",
+                  marker_color=["#00CC96" if v >= 0 else "#EF553B" for v in values],
+                  hovertemplate=f"%{{y}}<br>{axis}: %{{x:.3f}}<extra></extra>")
+    return _figure([bars], title, max(300, 90 + 26 * len(labels)),
+                   {"yaxis": {"title": categories, "autorange": "reversed", "type": "category"},
+                    "xaxis": {"title": axis, "zeroline": True}})

@@ -16,6 +16,7 @@ PAGES = {  # page: settings of a second session beyond the defaults, so the snip
     "app_pages/circuits_phase.py": {"c_step": 1200},
     "app_pages/lstm.py": {"l_seg": 6},
     "app_pages/which_input.py": {"w_baseline": "mean", "w_metric": "log-probability"},
+    "app_pages/dictionary.py": {"d_sparsity": 0.0, "d_decay": 0.9, "d_n": 6, "d_m": 3},
 }
 
 

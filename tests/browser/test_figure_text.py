@@ -24,7 +24,7 @@ from tests.browser.conftest import wait_for_app
 
 PAGES = ["app_pages/equivalence.py", "app_pages/patterns.py", "app_pages/residual.py", "app_pages/circuits_zero.py",
          "app_pages/circuits_one.py", "app_pages/circuits_two.py", "app_pages/circuits_phase.py", "app_pages/lstm.py",
-         "app_pages/which_input.py"]
+         "app_pages/which_input.py", "app_pages/dictionary.py"]
 LEADING = 0.15  # of a text's em box, top and bottom, that holds no ink
 SLACK_PX = 1    # two texts whose boxes meet by no more than this do not overlap
 

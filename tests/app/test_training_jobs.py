@@ -32,7 +32,7 @@ from classroom.training.rq_jobs import (
     seal,
     unseal,
 )
-from mechlib import io, train
+from mechlib import io, sae_residual, train
 from mechlib.config import ModelConfig
 from mechlib.data import RandomTokens, WithRepeats
 
@@ -130,6 +130,26 @@ def test_a_training_gives_the_model_and_the_reports_this_process_would(trainings
     assert [p.step for p in seen["progress"]] == [10, 20, 30, 40] and seen["step"] == [10, 20, 30, 40]
     assert seen["progress"][-1].patterns.shape == (2, 2, 11, 11)
     assert len(seen["start"]) == 1 and trainings.running() == 0
+
+
+def test_a_sparse_autoencoders_training_is_a_job_like_a_models_and_gives_the_sae_this_process_would(trainings):
+    """The Dictionary learning page's job: the same queue and workers, its reports and its SAE back as a checkpoint."""
+    kwargs = {"model_name": "attn-only-2l", "hook_name": "blocks.1.hook_resid_post", "d_sae": 64, "k": 4,
+              "steps": 20, "windows": 8, "batch_size": 64, "eval_every": 10}
+    seen = {"progress": [], "step": []}
+    data, history = trainings.train("sae", kwargs["steps"], 0.0, sae_residual.train_on_zoo, kwargs,
+                                    on_wait=lambda *a: None, on_start=lambda: None,
+                                    on_progress=seen["progress"].append, on_step=seen["step"].append,
+                                    threads=lambda: 1)
+    torch.set_num_threads(1)  # as the workers train
+    try:
+        here = sae_residual.train_on_zoo(**kwargs)
+    finally:
+        torch.set_num_threads(THREADS)
+    sae = io.load(data)
+    assert sae.cfg == here.model.cfg and sae.cfg.model_name == "attn-only-2l"
+    assert all(torch.equal(a, b) for a, b in zip(sae.state_dict().values(), here.model.state_dict().values()))
+    assert history == here.history and [p.step for p in seen["progress"]] == [10, 20] and seen["step"] == [10, 20]
 
 
 def test_a_refused_setting_is_raised_as_the_training_raised_it(trainings):

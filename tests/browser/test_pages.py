@@ -243,3 +243,23 @@ def test_lstm_page_loads_draws_and_reacts(page, server):
     wait_for_app(page, charts=10)
     assert no_exception(page)
     save_whole_page(page, "lstm", height=5400, charts=10)
+
+
+def test_a_sparse_autoencoder_trains_in_a_worker_and_its_link_opens_it_for_the_class(page, server):
+    page.goto(f"{server}/dictionary")
+    page.get_by_role("button", name="Train a sparse autoencoder").click(timeout=120_000)
+    page.wait_for_url("**d_sae_id=**", timeout=300_000)  # trained in a worker, kept in the store, named by the link
+    page.get_by_text("held-out activations").first.wait_for(timeout=120_000)
+    page.wait_for_function("document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= 4",
+                           timeout=120_000)
+    assert no_exception(page)
+    shown = page.locator('[data-testid="stMetricValue"]').all_inner_texts()
+    context = page.context.browser.new_context(viewport={"width": 1400, "height": 1000})
+    student = context.new_page()
+    student.goto(page.url)
+    student.get_by_text("held-out activations").first.wait_for(timeout=120_000)
+    student.wait_for_function("n => document.querySelectorAll('[data-testid=\"stMetricValue\"]').length >= n",
+                              arg=len(shown), timeout=120_000)
+    assert student.locator('[data-testid="stMetricValue"]').all_inner_texts() == shown  # the same SAE, graded alike
+    assert no_exception(student)
+    context.close()

@@ -62,8 +62,9 @@ def channels(in_channels: int = 3, out_channels: int = 4, kernel: int = 3, size:
     diffs, checks = {}, {}
     for dtype in DTYPES:
         generator = torch.Generator().manual_seed(seed)
-        with torch.random.fork_rng(devices=[]):  # the module's own initialisation draws from the global generator
-            conv = nn.Conv2d(in_channels, out_channels, kernel, padding=kernel // 2).to(dtype)
+        conv = nn.Conv2d(in_channels, out_channels, kernel, padding=kernel // 2, device="meta", dtype=dtype).to_empty(
+            device="cpu")  # built without its own initialisation, which would draw from torch's global generator,
+        # shared with every session's thread (token_attribution's seeded Captum calls read it under their lock)
         conv.weight.copy_(torch.randn(conv.weight.shape, generator=generator, dtype=dtype) / (in_channels * kernel**2)**0.5)
         conv.bias.copy_(torch.randn(out_channels, generator=generator, dtype=dtype))
         x = torch.randn(batch, in_channels, size, size, generator=generator, dtype=dtype)  # [batch C_in H W]

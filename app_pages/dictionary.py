@@ -335,6 +335,8 @@ def browser_part() -> None:
         figure("heads along the latent", figures.ranked_bars, view.head_writes, view.heads,
                f"Which heads write along latent {latent} where it fires",
                "mean head output · decoder direction", "head")
+    st.markdown(f"Where latent {latent} fires, **{view.top_head}** writes most along its direction "
+                f"({view.head_writes.max():+.2f} on average, of the heads up to the SAE's layer).")
     record("induction latents", str(found.count))
     record("latent browsed", str(latent))
 

@@ -6,7 +6,6 @@ field's measures and browsed latent by latent; a link to an SAE that is not kept
 import re
 
 import pytest
-import torch
 from streamlit.testing.v1 import AppTest
 
 from classroom.state.store import STORE, short_id
@@ -22,13 +21,7 @@ def text(at: AppTest) -> str:
     return re.sub(r"<[^>]+>", "", " ".join(m.value for m in at.markdown))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The toy's trainings on one thread, as a worker runs them (two were slower on this busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: as the workers train
 
 
 def test_defaults_find_superposition_and_a_dictionary_that_holds_every_feature():

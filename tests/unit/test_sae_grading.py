@@ -13,16 +13,7 @@ from mechlib.device import experiment_mb
 from mechlib.sae_grading import RECOVERED_COSINE, best_cosines, sae_on_toy, toy_sae
 from mechlib.superposition import train_toy
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Train as the app's workers train, on one thread: the same sums in the same order on any machine, and no second
-    thread left waiting on a busy neighbour (at a load average of 5 on 2 cores, 300 toy steps took 50 s on two threads
-    and 1.8 s on one)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: as the workers train
 
 
 def test_each_true_feature_gets_its_best_signed_cosine_with_a_decoder_row():

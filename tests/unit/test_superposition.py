@@ -12,16 +12,7 @@ from mechlib import superposition
 from mechlib.device import experiment_mb
 from mechlib.superposition import dimensionality, hidden_activations, interference, train_toy
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Train as the app's workers train, on one thread: the same sums in the same order on any machine, and no second
-    thread left waiting on a busy neighbour (at a load average of 5 on 2 cores, 300 toy steps took 50 s on two threads
-    and 1.8 s on one)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: as the workers train
 
 
 def polygon(n: int) -> torch.Tensor:  # -> W [2, n]: n unit directions evenly round the circle

@@ -617,15 +617,18 @@ def feature_directions(W: np.ndarray, own: np.ndarray, represented: np.ndarray, 
                            colorbar=_colorbar("Wᵢ · Wⱼ"), hovertemplate="%{y} · %{x} = %{z:.3f}<extra></extra>")
         return _figure([cells], title, 480, {"yaxis": {"autorange": "reversed"}})
     kinds = fates(own, represented)
-    arrows = [go.Scatter(x=[0, W[0, i]], y=[0, W[1, i]], mode="lines+markers+text", showlegend=False,
+    arrows = [go.Scatter(x=[0, W[0, i]], y=[0, W[1, i]], mode="lines+markers", showlegend=False,
                          line={"color": FATE_COLOURS[kind], "width": 3}, marker={"size": [0, 10]},
-                         text=["", str(i)], textposition="top center",
                          hovertemplate=f"{labels[i]}: {kind}<br>W = (%{{x:.2f}}, %{{y:.2f}})<extra></extra>")
               for i, kind in enumerate(kinds)]
+    reach = float(max(np.abs(W).max(), 1e-9))
+    tips = W / np.maximum(np.linalg.norm(W, axis=0), 1e-9) * 0.15 * reach  # [2, feature]: past each tip, outwards
+    names = go.Scatter(x=W[0] + tips[0], y=W[1] + tips[1], mode="text", text=[str(i) for i in range(W.shape[1])],
+                       showlegend=False, hoverinfo="skip")  # inside the plot: a slide's large type stays off the title
     keys = [go.Scatter(x=[None], y=[None], mode="lines", name=kind, line={"color": colour, "width": 3})
             for kind, colour in FATE_COLOURS.items() if kind in kinds]
-    reach = 1.15 * float(max(np.abs(W).max(), 1e-9))
-    return _figure(arrows + keys, title, 480, {
+    reach *= 1.35
+    return _figure(arrows + [names] + keys, title, 480, {
         "xaxis": {"title": "hidden dimension 1", "range": [-reach, reach], "zeroline": True},
         "yaxis": {"title": "hidden dimension 2", "range": [-reach, reach], "zeroline": True, "scaleanchor": "x"}},
         legend=_legend_below())

@@ -84,20 +84,20 @@ def superposition_part() -> None:
                     f"{superposition.REPRESENTED_NORM} (a learned one reaches about 1, a dropped one about 0).")
     if not shown:
         return
-    with own_slide():
+    prose(f"A feature has a **direction of its own** when, besides, no other feature projects onto it "
+          f"(Σ_j≠i (Ŵ_i · W_j)² ≤ {superposition.OWN_INTERFERENCE}). Its **dimensionality** D_i is the share of a "
+          "dimension it holds: 1 alone in its dimension, 1/2 in an antipodal pair, 2/5 in a pentagon.")
+    with own_slide():  # in presentation mode each figure is a slide of its own: a slide's type has room for little
         figure("feature directions", figures.feature_directions, toy.W, toy.own_direction, toy.represented,
                f"Where each of {n_features} features points in {n_hidden} dimensions, S = {sparsity:g}"
                if n_hidden == 2 else f"The features' overlaps WᵀW in {n_hidden} dimensions, S = {sparsity:g}")
-        st.markdown(f"{verdict(toy.in_superposition, 'in superposition', 'no superposition')}: {toy.verdict}. "
-                    f"A feature has a direction of its own when, besides, no other feature projects onto it "
-                    f"(Σ_j≠i (Ŵ_i · W_j)² ≤ {superposition.OWN_INTERFERENCE}).")
     with own_slide():
         figure("feature dimensionality", figures.feature_bars, toy.dimensionality,
                figures.fates(toy.own_direction, toy.represented), figures.FATE_COLOURS,
                "Each feature's dimensionality D_i: the share of a dimension it holds", "D_i (dimensions)")
-        total = float(toy.dimensionality.sum())
-        st.markdown(f"Σ D_i = **{total:.2f}** of {n_hidden} dimensions used. A feature alone in its dimension has "
-                    "D = 1; in an antipodal pair, 1/2; in a pentagon, 2/5.")
+    with own_slide():
+        st.markdown(f"{verdict(toy.in_superposition, 'in superposition', 'no superposition')}: {toy.verdict}. "
+                    f"Σ D_i = **{float(toy.dimensionality.sum()):.2f}** of {n_hidden} dimensions used.")
     record("features represented", str(toy.n_represented))
     record("features with a direction of their own", str(toy.n_own))
 
@@ -140,10 +140,6 @@ def graded_part() -> None:
                {"recovered": "#00CC96", "missed": "#EF553B"},
                "Each true feature's best cosine with a latent's decoder row", "best cosine",
                (sae_grading.RECOVERED_COSINE, f"recovered: ≥ {sae_grading.RECOVERED_COSINE}"))
-        columns = st.columns(3)
-        metric(columns[0], "L0 (latents active per activation)", f"{grade.l0:.2f}")
-        metric(columns[1], "variance explained", f"{grade.variance_explained:.3f}")
-        metric(columns[2], "dead latents", f"{grade.dead_fraction:.0%} of {d_sae}")
     with own_slide():
         st.markdown(f"{verdict(grade.all_recovered, 'dictionary learned', 'features missed')}: {grade.verdict}. "
                     + ("With fewer latents than represented features, some feature has no latent of its own. "

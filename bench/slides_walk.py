@@ -40,7 +40,7 @@ from urllib.parse import parse_qsl
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_PX, HEADING_PX, CHROME_PX = 24, 36, 80  # slides.TEXT_PX, slides.HEADING_PX, the top row's most
-MAX_SLIDES = 120
+MAX_SLIDES = 160  # the lesson has about 130 slides (the Dictionary page added 12): Next stops here at the latest
 IDLE = ("() => !document.querySelector('[data-testid=\"stStatusWidget\"]') && document.querySelector("
         "'[data-testid=\"stApp\"]')?.dataset.testScriptState === 'notRunning'")  # the frontend's own run state
 CHARTS_DRAWN = ("() => [...document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')]"

@@ -319,7 +319,7 @@ def test_the_bar_question_on_a_short_own_training_and_presentation_mode():
     assert [h.value for h in at.subheader] == ["The model you trained last"]
     assert {"Train", "Next"} <= {b.label for b in at.button}  # Next: the part's second chart is a slide of its own
     # the lesson's page before this one: which input, or which mechanism (lessons.ROUTE)
-    assert [(link.proto.label, link.proto.page) for link in at.get("page_link")] == [("Previous", "which-input")]
+    assert [(link.proto.label, link.proto.page) for link in at.get("page_link")] == [("Previous", "dictionary")]
 
 
 def test_the_presets_time_left_is_to_its_usual_stop_with_the_bound_named_as_one(monkeypatch):

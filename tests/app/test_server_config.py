@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -80,7 +81,8 @@ def first_run(port: int, then=None) -> dict:
                         seen["then"] = await asyncio.to_thread(then, seen)
                     return seen
 
-    return asyncio.run(run())
+    with ThreadPoolExecutor(1) as thread:  # a loop of its own: a browser test run earlier in this process (pytest
+        return thread.submit(asyncio.run, run()).result()  # -n 2 mixes the tiers) leaves Playwright's loop running
 
 
 def upload_status(port: int, session_id: str, length: int) -> int | None:

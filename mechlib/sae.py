@@ -170,7 +170,7 @@ def train_sae(acts: Tensor, cfg: SAEConfig, steps: int, *, batch_size: int = 102
             with torch.no_grad():
                 sae.W_dec /= sae.W_dec.norm(dim=-1, keepdim=True)
         if on_step is not None:
-            on_step(step + 1, float(loss), sae)
+            on_step(step + 1, float(loss.detach()), sae)
     return sae.requires_grad_(False).eval()
 
 

@@ -209,6 +209,14 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def _slide_name(page) -> tuple[str, dict, str]:
+    """(the slide's name: its page, part and slide number; the SLIDE reading it comes from; its stop, the page with
+    its settings)."""
+    where = page.evaluate(SLIDE)
+    stop = where["path"] + re.sub(r"[?&](part|present|room)=[^&]*", "", where["query"])
+    return f"{stop} · {where['part'][:40]} · slide {where['sub'][0]} of {where['sub'][1]}", where, stop
+
+
 def settle(page) -> None:
     """Until the script run has finished (not running for 0.3 s) and every chart has drawn."""
     quiet = 0
@@ -314,10 +322,14 @@ def walk(browser, url: str, width: int, height: int, followers: int = 0, shots: 
         _follow(report.followers, page.evaluate(SLIDE), time.monotonic(), "joining", shots)
     seen, parts, since = set(), {}, time.monotonic()
     for _ in range(MAX_SLIDES):
-        where = page.evaluate(SLIDE)
-        stop = where["path"] + re.sub(r"[?&](part|present|room)=[^&]*", "", where["query"])
-        name = f"{stop} · {where['part'][:40]} · slide {where['sub'][0]} of {where['sub'][1]}"
-        if name in seen:
+        name, where, stop = _slide_name(page)
+        for _ in range(10):  # a busy server (CI runs two test processes) may still be settling the slide Next chose
+            if name not in seen:
+                break
+            time.sleep(0.3)
+            page.wait_for_function(IDLE, timeout=120_000, polling=50)
+            name, where, stop = _slide_name(page)
+        if name in seen:  # Next came back to a slide already walked: the walk is over (or lost: parts missed)
             break
         seen.add(name)
         print(f"  {width}x{height} {name}", flush=True)

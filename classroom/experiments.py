@@ -40,14 +40,22 @@ def _name(experiment: Callable) -> str:
     return f"{experiment.__module__}.{experiment.__qualname__}"
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
+CACHE_SIZE = "256MB"  # the results' pickled bytes, least recently used first out: see ``_cached``
+
+
+@st.cache_data(max_size=CACHE_SIZE, show_spinner=False)
 def _cached(name: str, key: ModelChoice | None, _experiment: Callable, _model, args: tuple, _mb: float):
     """Keyed on the experiment's name, the model's key and the arguments. On a cache miss only: the spinner with its
     cost, the estimate held under the budget, the computation timed (``timings``: under the model's key, or the
     arguments of an experiment that builds its own models). The spinner is here, not around the call: on a hit
     (every follower of a live class, most reruns) it would start a thread for nothing, a wait of its own for the
     interpreter's lock when thirty sessions run at once. A session waiting for another's computation of the same
-    value shows its page's earlier screen meanwhile."""
+    value shows its page's earlier screen meanwhile.
+
+    Bounded by bytes, not entries: a Which input game is 1 KB and 0.1–3 s to compute, an Equivalence run up to 5 MB
+    and 50 ms. With 256 entries a class of 30 dragging sliders evicted the games again and again (943 misses in
+    3 minutes; Which input's p95 3.0 s); with 256 MB nothing a page needed was evicted (649 misses, its p95 0.9 s)
+    and the worst case is 256 MB, not 256 of the largest results (``bench.classroom_load --clients 30``)."""
     what = getattr(_experiment, "what", None) or f"{_experiment.__name__} on this model"
     with (st.spinner(timings.cost_line(_mb, timings.expected(name, key, _mb))), MEMORY.hold(_mb, what),
           timings.timed(name, key if key is not None else args, _mb)):

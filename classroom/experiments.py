@@ -10,6 +10,7 @@ from classroom import timings
 from classroom.admission import MEMORY, BudgetError
 from classroom.model_choice import ModelChoice
 from classroom.page import part
+from classroom.training import apart
 from mechlib.device import experiment_mb
 
 __all__ = ["compute"]
@@ -50,7 +51,8 @@ def _cached(name: str, key: ModelChoice | None, _experiment: Callable, _model, a
     arguments of an experiment that builds its own models). The spinner is here, not around the call: on a hit
     (every follower of a live class, most reruns) it would start a thread for nothing, a wait of its own for the
     interpreter's lock when thirty sessions run at once. A session waiting for another's computation of the same
-    value shows its page's earlier screen meanwhile.
+    value shows its page's earlier screen meanwhile. An experiment that trains runs in a process of its own
+    (``training.apart``).
 
     Bounded by bytes, not entries: a Which input game is 1 KB and 0.1–3 s to compute, an Equivalence run up to 5 MB
     and 50 ms. With 256 entries a class of 30 dragging sliders evicted the games again and again (943 misses in
@@ -59,4 +61,6 @@ def _cached(name: str, key: ModelChoice | None, _experiment: Callable, _model, a
     what = getattr(_experiment, "what", None) or f"{_experiment.__name__} on this model"
     with (st.spinner(timings.cost_line(_mb, timings.expected(name, key, _mb))), MEMORY.hold(_mb, what),
           timings.timed(name, key if key is not None else args, _mb)):
-        return _experiment(*args) if key is None else _experiment(_model, *args)
+        if key is not None:
+            return _experiment(_model, *args)
+        return apart.run(_experiment, args) if getattr(_experiment, "trains", False) else _experiment(*args)

@@ -40,13 +40,16 @@ def to_numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().cpu().numpy()
 
 
-def costs(estimate_mb: Callable[..., float], what: str | None = None) -> Callable[[Callable], Callable]:
+def costs(estimate_mb: Callable[..., float], what: str | None = None,
+          trains: bool = False) -> Callable[[Callable], Callable]:
     """Declare an experiment's memory in MB, from the arguments it is called with (``model, *args``, or the sizes
     and seed of one that builds its own models), so that a caller can know it before running it (``experiment_mb``):
     a server holds it under its budget; mechlib itself refuses nothing for its size. ``what`` names the computation
-    in a sentence ("this attention layer would need about 140 MB…")."""
+    in a sentence ("this attention layer would need about 140 MB…"). ``trains``: it fits a model from plain values,
+    thousands of optimizer steps of small tensors, each step many short torch calls made from Python; a server
+    answering many users runs such an experiment in a process of its own."""
     def declare(experiment: Callable) -> Callable:
-        experiment.estimate_mb, experiment.what = estimate_mb, what
+        experiment.estimate_mb, experiment.what, experiment.trains = estimate_mb, what, trains
         return experiment
     return declare
 

@@ -211,7 +211,8 @@ def induction_control_mb(model_name: str, hook_name: str, d_sae: int, k: int, st
             + model.cfg.activations_mb(INDUCTION_BATCH, 1 + 2 * eval_length(model.cfg.n_ctx)))
 
 
-@costs(induction_control_mb, "training two sparse autoencoders to compare their induction features")
+@costs(induction_control_mb, "training two sparse autoencoders to compare their induction features",
+       trains=True)
 def induction_control(model_name: str, hook_name: str, d_sae: int, k: int, steps: int, windows: int,
                       seed: int = 0) -> InductionControl:
     """``induction_latents`` of an SAE on zoo model ``model_name`` at ``hook_name`` and of one trained alike (same

@@ -111,7 +111,7 @@ def toy_sae_mb(n_features: int, n_hidden: int, sparsity: float, d_sae: int, *_) 
     return max(toy_mb(n_features, n_hidden), sae) + 2 * SAMPLES * n_hidden * 4 / 2**20
 
 
-@costs(toy_sae_mb, "the toy model and its sparse autoencoder")
+@costs(toy_sae_mb, "the toy model and its sparse autoencoder", trains=True)
 def toy_sae(n_features: int, n_hidden: int, sparsity: float, d_sae: int, activation: str = "relu", k: int = 1,
             l1_coefficient: float = L1_COEFFICIENT, importance_decay: float = 1.0, seed: int = 0) -> ToySAE:
     """The toy (``superposition.train_toy``) and its SAE (``sae_on_toy``), both from ``seed``: plain values in, for a

@@ -121,7 +121,7 @@ def _losses(W: Tensor, b: Tensor, x: Tensor, importance: Tensor) -> Tensor:  # -
     return ((x - _reconstruct(W, b, x)).pow(2) * importance).sum(-1).mean(-1)
 
 
-@costs(toy_mb, "the toy model of superposition's training")
+@costs(toy_mb, "the toy model of superposition's training", trains=True)
 def train_toy(n_features: int, n_hidden: int, sparsity: float, importance_decay: float = 1.0, seed: int = 0,
               steps: int = STEPS) -> Superposition:
     """INSTANCES toy models trained at once (Adam, ``steps`` steps of BATCH fresh samples, the step size falling

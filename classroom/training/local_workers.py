@@ -34,7 +34,7 @@ from classroom.training.local_queue import QUEUE
 from classroom.training.relay import relay
 from mechlib.train import Progress, TrainResult
 
-__all__ = ["run", "warm"]
+__all__ = ["run", "warm", "die_with", "spawning"]
 
 _lock = threading.Lock()
 _shared: dict[str, object] = {}
@@ -42,7 +42,7 @@ _shared: dict[str, object] = {}
 WATCH_S = 0.5  # how often a worker or the manager looks whether its server is still there
 
 
-def _die_with(server: int) -> None:
+def die_with(server: int) -> None:
     """In a worker or the manager: exit as soon as the server that started it is gone. A killed parent's children
     are handed to another process (their parent id changes); nothing else tells them, and they kept running with
     parent 1, ten minutes later. The resource tracker exits once the last of them has."""
@@ -59,7 +59,7 @@ def _start_worker(server: int) -> None:
     (``body.yield_to_pages``)."""
     import mechlib.train  # noqa: F401  (the import is the work: torch and mechlib, once per worker)
 
-    _die_with(server)
+    die_with(server)
     yield_to_pages()
 
 
@@ -68,7 +68,7 @@ def _ready() -> bool:
 
 
 @contextmanager
-def _spawning() -> Iterator[None]:
+def spawning() -> Iterator[None]:
     """Hold the pool's lock, with a bare ``__main__`` module, while processes may start: a process started meanwhile
     (the manager, a worker) does not run the server's app script again.
 
@@ -88,11 +88,11 @@ def _spawning() -> Iterator[None]:
 
 def _pool() -> tuple[ProcessPoolExecutor, object]:
     """The process-wide pool and the manager its queues live in, made on first use; the workers start at once."""
-    with _spawning():
+    with spawning():
         if not _shared:
             context = multiprocessing.get_context("spawn")
             _shared["manager"] = SyncManager(ctx=context)
-            _shared["manager"].start(_die_with, (os.getpid(),))
+            _shared["manager"].start(die_with, (os.getpid(),))
             _shared["pool"] = ProcessPoolExecutor(QUEUE.limit, mp_context=context, initializer=_start_worker,
                                                   initargs=(os.getpid(),))
             for _ in range(QUEUE.limit):
@@ -170,7 +170,7 @@ def run(fn: Callable[..., TrainResult], kwargs: dict, on_progress: Callable[[Pro
     pool, manager = _pool()
     try:
         messages, cancel, allowed = manager.Queue(), manager.Event(), manager.Value("i", threads())
-        with _spawning():  # a pool starts a worker on a submit that finds none idle
+        with spawning():  # a pool starts a worker on a submit that finds none idle
             future = pool.submit(_work, fn, kwargs, messages, cancel, allowed)
     except (BrokenProcessPool, OSError, EOFError) as error:
         _forget(pool)

@@ -2,8 +2,6 @@
 true features, then sparse autoencoders on our own models' residual streams and neurons (Bricken et al. 2023), trained
 in a worker as the Train page's models are, and a latent browser."""
 
-import time
-
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -20,9 +18,9 @@ from classroom.page.text import literal, verdict
 from classroom.page.widgets import slider
 from classroom.session import browser_id, session_id
 from classroom.state.store import STORE, StoreError, short_id
-from classroom.training import estimates
 from classroom.training.door import TRAININGS
 from classroom.training.errors import SessionBusy
+from classroom.training.progress_line import ProgressLine
 from mechlib import data, figures, latents, sae, sae_grading, sae_residual, superposition
 from mechlib.io import CheckpointError
 
@@ -198,45 +196,29 @@ def train_job(model_name: str, hook: str) -> None:
     """Train an SAE in a worker (the Train page's queue, one per session), drawing its curves live; then keep it in
     the server's store under its id, which the page and its link then name."""
     steps = sae_residual.STEPS
-    progress = st.progress(0.0, text="Waiting for a free training slot…")
+    line = ProgressLine(steps)
     curves_box = st.empty()
-    history, clock = [], {"start": time.monotonic(), "shown": 0.0}
-
-    def waiting(position: int, wait_s: float | None) -> None:
-        eta = "" if wait_s is None else f" · about {wait_s:.0f} s until a slot frees"
-        progress.progress(0.0, text=f"Waiting for a free training slot: position {position} in the queue{eta}")
-
-    def timing(step: int) -> str:
-        elapsed = time.monotonic() - clock["start"]
-        return (f"step {step:,} of {steps:,} · {elapsed:.1f} s · about "
-                f"{estimates.seconds_left(step, steps, elapsed):.0f} s left")
-
-    def stepped(step: int) -> None:
-        if time.monotonic() - clock["shown"] > 0.5:
-            clock["shown"] = time.monotonic()
-            progress.progress(step / steps, text=timing(step))
+    history = []
 
     def evaluated(p: sae_residual.SAEProgress) -> None:
         history.append({"step": p.step, "loss": p.loss, **p.metrics})
-        progress.progress(p.step / steps, text=f"{timing(p.step)} · L0 {p.metrics['l0']:.1f} · variance explained "
-                                               f"{p.metrics['variance_explained']:.3f}")
+        line.show(p.step, f"L0 {p.metrics['l0']:.1f} · variance explained {p.metrics['variance_explained']:.3f}")
         curves_box.plotly_chart(figures.sae_curves(history), key=f"sae_curves_{p.step}")
 
     kwargs = {"model_name": model_name, "hook_name": hook, "d_sae": n_latents, "k": active, "seed": seed}
     owner = session_id()
     try:
-        data, history = TRAININGS.train(owner, steps, sae_residual.train_on_zoo.estimate_mb(**kwargs),
-                                        sae_residual.train_on_zoo, kwargs, on_wait=waiting,
-                                        on_start=lambda: clock.update(start=time.monotonic()),
-                                        on_progress=evaluated, on_step=stepped,
-                                        threads=lambda: activity.training_threads(owner))
+        data, _ = TRAININGS.train(owner, steps, sae_residual.train_on_zoo.estimate_mb(**kwargs),
+                                  sae_residual.train_on_zoo, kwargs, on_wait=line.waiting, on_start=line.started,
+                                  on_progress=evaluated, on_step=line.stepped,
+                                  threads=lambda: activity.training_threads(owner))
         STORE.put("sae", f"{model_name} {hook}, {n_latents} latents, k {active}", data, browser_id())
     except SessionBusy as error:
-        progress.empty()
+        line.empty()
         st.warning(f"Not started: {error}.")
         return
     except (ValueError, RuntimeError, CheckpointError) as error:
-        progress.empty()
+        line.empty()
         st.error(f"Training stopped: {error}")
         return
     st.session_state[keys.SAE_TRAINED] = short_id(data)

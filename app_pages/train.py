@@ -2,7 +2,6 @@
 the result joins this session's models."""
 
 import hashlib
-import time
 
 import streamlit as st
 
@@ -19,9 +18,9 @@ from classroom.page.text import literal
 from classroom.page.widgets import select_slider, slider
 from classroom.session import add_session_model, session_id
 from classroom.state.store import STORE, short_id
-from classroom.training import estimates
 from classroom.training.door import TRAININGS
 from classroom.training.errors import SessionBusy
+from classroom.training.progress_line import ProgressLine
 from mechlib import data, figures, induction, train
 from mechlib.checks import PREV_TOKEN_MIN
 from mechlib.config import ModelConfig, divisors
@@ -93,39 +92,15 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
     (``figures.LiveTraining``). While it waits, the page shows its place in the queue and the measured wait; while it
     runs, the time left at its own rate; a second press while this session's training still runs or waits is refused
     (one per session)."""
-    progress = st.progress(0.0, text="Waiting for a free training slot…")
     heads_box, curves_box = (column.empty() for column in st.columns(2))
     history, live, reports = [], [], []
-    clock = {"start": 0.0, "shown": 0.0}  # monotonic seconds: training start, last progress update
     usual = PRESET.usual_steps if task == PRESET.name else None  # the preset stops early once its circuit forms
-
-    def timing(step: int) -> str:
-        elapsed = time.monotonic() - clock["start"]
-        most, expected = estimates.seconds_left(step, steps, elapsed), estimates.expected_seconds_left(step, steps, elapsed, usual)
-        left = (f"about {most:.0f} s left" if usual is None else
-                f"usually stops near step {usual:,}: about {expected:.0f} s left, at most {most:.0f} s"
-                if expected is not None else f"past step {usual:,}, where it usually stops: at most {most:.0f} s left")
-        return f"step {step:,} of at most {steps:,} · {elapsed:.1f} s · {step / elapsed:.0f} steps/s · {left}"
-
-    def waiting(position: int, wait_s: float | None) -> None:
-        limit = TRAININGS.limit()
-        eta = ("no training worker is connected to this class's Redis: the teacher starts them (README, Running a "
-               "larger class)" if not limit else
-               "no training has finished on this server yet to estimate the wait" if wait_s is None
-               else f"about {wait_s:.0f} s until a slot frees, from the trainings measured here")
-        progress.progress(0.0, text=f"Waiting for a free training slot: position {position} in the queue "
-                                    f"({TRAININGS.running()} of {limit} running) · {eta}")
-
-    def step_done(step: int) -> None:
-        """At most twice a second; any Streamlit call is where a rerun or a closed tab stops the training."""
-        if time.monotonic() - clock["shown"] > 0.5:
-            clock["shown"] = time.monotonic()
-            progress.progress(step / steps, text=timing(step))
+    line = ProgressLine(steps, usual)
 
     def evaluated(p: train.Progress) -> None:
         reports.append(p)
         history.append({"step": p.step, "loss": p.loss, **p.metrics})
-        progress.progress(p.step / steps, text=f"{timing(p.step)} · loss {p.loss:.3f} nats/token")
+        line.show(p.step, f"loss {p.loss:.3f} nats/token")
         live[:] = live or [figures.LiveTraining(history, p.patterns, p.step, length)]
         heads, curves = live[0].update(history, p.patterns, p.step)
         if heads is not None:
@@ -134,24 +109,23 @@ def run(label: str, steps: int, fn, kwargs: dict, length: int, memory_mb: float,
 
     owner = session_id()
     try:
-        model, history = TRAININGS.train(owner, steps, memory_mb, fn, kwargs, on_wait=waiting,
-                                         on_start=lambda: clock.update(start=time.monotonic()),
-                                         on_progress=evaluated, on_step=step_done,
+        model, history = TRAININGS.train(owner, steps, memory_mb, fn, kwargs, on_wait=line.waiting,
+                                         on_start=line.started, on_progress=evaluated, on_step=line.stepped,
                                          threads=lambda: activity.training_threads(owner))
-        seconds = time.monotonic() - clock["start"]  # measured wall time of this training, queue wait excluded
+        seconds = line.elapsed()  # measured wall time of this training, queue wait excluded
     except SessionBusy as error:
-        progress.empty()
+        line.empty()
         st.warning(f"Not started: {error}. Any press or change on this page stops the earlier one at its next step; "
                    "press the button again then.")
         return
     except (ValueError, RuntimeError) as error:  # a refused size, a busy server, a worker that died: say so, keep the page
-        progress.empty()
+        line.empty()
         st.error(f"Training stopped: {error}")
         return
     try:
         label = add_session_model("trained", label, model, pin=task == PRESET.name)  # the lesson's links name it
     except CheckpointError as error:  # e.g. a learning rate that sent the weights to NaN: the checkpoint is refused
-        progress.empty()
+        line.empty()
         st.error(f"Training finished, but its model cannot be used: {error}. Try a smaller learning rate.")
         return
     preset = task == PRESET.name

@@ -99,7 +99,8 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         sidebar(teacher).get_by_role("link", name="Patterns and messages").click()
         until(lambda: urlsplit(address(teacher)).path == "/patterns", "the teacher on Patterns")  # no load event
         for student in students:
-            until(lambda s=student: view(s) == view(teacher), "a follower on the teacher's page")
+            until(lambda s=student: view(s) == view(teacher), "a follower on the teacher's page", FOLLOW_S,
+                  lambda s=student: (view(s), view(teacher)))
         time.sleep(2)  # a look sent before the move, run after it, would have cleared a follower's page by now
         for student in students:
             assert student.get_by_role("heading", name="Patterns and messages").is_visible(), "a follower's page blank"
@@ -108,7 +109,8 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         teacher.get_by_role("option", name="zoo: attn-only-2l").click()
         until(lambda: view(teacher)[1].get("model") == "zoo: attn-only-2l", "the teacher's model")
         for student in students:
-            until(lambda s=student: view(s) == view(teacher), "a follower on the teacher's model")
+            until(lambda s=student: view(s) == view(teacher), "a follower on the teacher's model", FOLLOW_S,
+                  lambda s=student: (view(s), view(teacher)))
 
         # The third student stops following; the teacher presents and presses Next: the others follow
         open_panel(late)
@@ -123,7 +125,8 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         teacher.get_by_role("button", name=re.compile("Next")).first.click()
         until(lambda: view(teacher) != first, "the teacher's Next")
         for student in following:
-            until(lambda s=student: view(s) == view(teacher), "a follower after Next")
+            until(lambda s=student: view(s) == view(teacher), "a follower after Next", FOLLOW_S,
+                  lambda s=student: (view(s), view(teacher)))
         time.sleep(3)
         assert view(late) == alone, "a student who stopped following was moved"
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.delta_generator_singletons import context_dg_stack
+from streamlit.errors import StreamlitAPIException
 
 from classroom import keys, lessons
 from classroom.page.run import current
@@ -96,7 +97,20 @@ def chrome(page: str, join: bool) -> None:
                         help="Show every answer at once, with each question folded above it: for studying alone. "
                              "Off, a question's evidence is drawn only when it is revealed.")
         run.settings = run.nav = run.stage = None
+        _forget_part()
     run.titles, run.popover = [], None
+
+
+def _forget_part() -> None:
+    """Outside presentation mode the address names no part. Streamlit drops ``part`` at the end of a run that draws
+    no part box while the box is bound to it; a live class's quick moves (out of presentation mode, then to another
+    page) have left it unbound in the address, where it stayed: the teacher's or a follower's address then differed
+    from the other's for good (``tests/browser/test_live_class.py``, two copies at once)."""
+    if keys.PART in st.query_params:
+        try:
+            del st.query_params[keys.PART]
+        except StreamlitAPIException:  # still bound to the part box: this run's end drops it
+            pass
 
 
 def link_place() -> DeltaGenerator:

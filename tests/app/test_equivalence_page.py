@@ -281,6 +281,16 @@ def test_presentation_mode_shows_one_section_and_next_moves_on():
     assert not at.exception and [s.value for s in at.subheader] == ["Both readings on the same weights"]
 
 
+def test_outside_presentation_mode_the_address_drops_a_part_left_in_it():
+    """A part in the address means something only in presentation mode. A teacher who left it and opened another
+    page at once could leave one there, unbound, and the teacher's and a follower's views then differed for good
+    (``slides._forget_part``)."""
+    at = open_page("app_pages/equivalence.py")
+    at.query_params["part"] = "Both readings on the same weights"
+    at.run()
+    assert not at.exception and "part" not in at.query_params
+
+
 def test_each_size_of_the_run_is_timed_so_the_next_size_states_its_time(app):
     """The run builds its own layer: it is timed under its arguments, so runs at other sizes add up to the rate
     that scales the next one's expected time (``timings``)."""

@@ -24,6 +24,9 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.asyncio.client import connect
 
+from bench import results
+from bench.student import Stats, Student, quantiles
+
 IDLE_S = 60.0
 TEACHER_MOVES_S = (20.0, 40.0)
 ANSWER_S = (10.0, 30.0)
@@ -249,14 +252,8 @@ async def open_page(student, page: str) -> float:
     return await student.rerun()
 
 
-async def measure_room(url: str, pids: list[int], args) -> None:
-    """The live class: see the module's docstring."""
-    from bench.classroom_load import (  # the class's students: this mode shares their protocol
-        Stats,
-        Student,
-        quantiles,
-    )
-
+async def measure_room(url: str, pids: list[int], args, name: str) -> None:
+    """The live class: see the module's docstring; ``name``: the run's in bench/RESULTS.md's log."""
     def counted(xs: list[float]) -> str:
         return f"{quantiles(xs)} ({len(xs)})"
 
@@ -301,9 +298,8 @@ async def measure_room(url: str, pids: list[int], args) -> None:
           + ", ".join(f"{100 * share:.1f} % of one core (pid {pid})" for pid, share in idle.items())
           + " (goal: ≤ 20 %)")
     print(f"  the teacher's moves, reply:   {counted(room.teacher_s)}")
-    from bench.classroom_load import report
-    report(args, f"follow {counted(follow_s)} · idle followers' CPU "
-           + ", ".join(f"{100 * share:.1f} % of one core" for share in idle.values()))
+    results.report(name, f"follow {counted(follow_s)} · idle followers' CPU "
+                   + ", ".join(f"{100 * share:.1f} % of one core" for share in idle.values()), args.record)
     print(f"  the students' answers, reply: {counted(room.answer_s)}")
     print(f"  exceptions shown to the teacher {len(teacher.stats.exceptions)}, errors "
           f"{sum(teacher.stats.errors.values())}")

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["RESULTS", "HEADING", "record", "last", "commit"]
+__all__ = ["RESULTS", "HEADING", "record", "last", "report", "commit"]
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -113,6 +113,15 @@ def last(bench: str) -> str | None:
         if len(cells) == 4 and cells[2] == wanted:
             found = cells[3]
     return found
+
+
+def report(bench: str, figures: str, record_it: bool) -> None:
+    """Print the figures last logged for ``bench`` beside a run's own (printed before), and log the run's
+    ``figures`` when ``record_it`` (a bench's ``--record``)."""
+    if recorded := last(bench):
+        print(f"  last recorded (bench/RESULTS.md): {recorded}")
+    if record_it:
+        record(bench, figures)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Shared test settings: the project root on sys.path, paths the tiers use, and the ``one_thread`` fixture."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -8,6 +9,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+# pytest-xdist's workers share the machine's cores: each worker's torch (mechlib.device reads MECHLIB_THREADS at
+# import) and the servers it starts get their share. Two workers at two threads each on 2 cores, beside a browser,
+# made one test's few seconds of float64 fitting take 134 s in CI: a thread waits on a busy neighbour.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+os.environ.setdefault("MECHLIB_THREADS", str(max(1, (os.cpu_count() or 1) // WORKERS)))
 
 
 @pytest.fixture(scope="module")

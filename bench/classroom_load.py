@@ -53,8 +53,6 @@ ARRIVALS_S = (0.0, 30.0)  # students join over the first half minute, as a class
 PRESET_BUTTON = "Watch an induction head form"
 SAE_BUTTON = "Train a sparse autoencoder"  # the Dictionary learning page's job: every other trainer presses it
 TRAININGS = (("train", PRESET_BUTTON, "Training stopped at step"), ("dictionary", SAE_BUTTON, "loss recovered"))
-CONTENT = {"markdown", "plotly_chart", "metric", "table", "dataframe", "heading", "alert", "code", "text", "json",
-           "progress", "exception"}
 
 
 async def think(rng: random.Random, stop: asyncio.Event, seconds: tuple[float, float] = THINK_S) -> None:

@@ -20,7 +20,6 @@ CONTENT = {"markdown", "plotly_chart", "metric", "table", "dataframe", "heading"
            "progress", "exception"}
 
 
-
 class Stats:
     """What the whole class saw."""
 

@@ -52,6 +52,11 @@ def until(condition, what: str, timeout_s: float = FOLLOW_S, seen=lambda: "") ->
         time.sleep(0.1)
 
 
+def until_on_view(student, teacher, what: str, timeout_s: float = FOLLOW_S) -> None:
+    """Until ``student``'s view is ``teacher``'s; the two views in the message if not."""
+    until(lambda: view(student) == view(teacher), what, timeout_s, lambda: (view(student), view(teacher)))
+
+
 def probe(message) -> bool:
     """Streamlit's frontend, loaded on a page's path (a reload of /equivalence), first asks for its health and host
     config under that path (/equivalence/_stcore/health, …/host-config: 404) before the app's root: its own probe of
@@ -90,8 +95,7 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         students[0].goto(f"{server}/?room={code}")
         students[1].goto(f"{server}/?room={code}&teacher=not-the-token")  # a forged teacher link
         for student in students:
-            until(lambda s=student: view(s) == view(teacher), "each student on the teacher's view", 30,
-                  lambda s=student: (view(s), view(teacher)))
+            until_on_view(student, teacher, "each student on the teacher's view", 30)
         until(lambda: "3 students connected, 3 following" in sidebar(teacher).inner_text(), "the teacher's count", 20)
         assert "teacher" not in address(students[1]) and sidebar(students[1]).get_by_text("Leading class").count() == 0
 
@@ -99,8 +103,7 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         sidebar(teacher).get_by_role("link", name="Patterns and messages").click()
         until(lambda: urlsplit(address(teacher)).path == "/patterns", "the teacher on Patterns")  # no load event
         for student in students:
-            until(lambda s=student: view(s) == view(teacher), "a follower on the teacher's page", FOLLOW_S,
-                  lambda s=student: (view(s), view(teacher)))
+            until_on_view(student, teacher, "a follower on the teacher's page")
         time.sleep(2)  # a look sent before the move, run after it, would have cleared a follower's page by now
         for student in students:
             assert student.get_by_role("heading", name="Patterns and messages").is_visible(), "a follower's page blank"
@@ -109,8 +112,7 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         teacher.get_by_role("option", name="zoo: attn-only-2l").click()
         until(lambda: view(teacher)[1].get("model") == "zoo: attn-only-2l", "the teacher's model")
         for student in students:
-            until(lambda s=student: view(s) == view(teacher), "a follower on the teacher's model", FOLLOW_S,
-                  lambda s=student: (view(s), view(teacher)))
+            until_on_view(student, teacher, "a follower on the teacher's model")
 
         # The third student stops following; the teacher presents and presses Next: the others follow
         open_panel(late)
@@ -126,8 +128,7 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         teacher.get_by_role("button", name=re.compile("Next")).first.click()
         until(lambda: view(teacher) != first, "the teacher's Next")
         for student in following:
-            until(lambda s=student: view(s) == view(teacher), "a follower after Next", FOLLOW_S,
-                  lambda s=student: (view(s), view(teacher)))
+            until_on_view(student, teacher, "a follower after Next")
         time.sleep(3)
         assert view(late) == alone, "a student who stopped following was moved"
 
@@ -138,8 +139,7 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         thumb.press("ArrowRight")
         until(lambda: view(late)[1].get("head") == "1", "the student's own head", FOLLOW_S, lambda: view(late))
         sidebar(late).get_by_role("button", name="Back to the teacher's view").click()
-        until(lambda: view(late) == view(teacher), "the student back on the teacher's view", FOLLOW_S,
-              lambda: (view(late), view(teacher)))
+        until_on_view(late, teacher, "the student back on the teacher's view")
 
         # The class predicts: the Equivalence page's step-6 exercise, asked by the teacher's page
         teacher.get_by_role("switch", name="Present").uncheck(force=True)
@@ -150,8 +150,7 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         asked.get_by_text(re.compile(r"^0 of 3 students connected have answered")).wait_for(timeout=30_000)
         radios = []
         for student in following:
-            until(lambda s=student: view(s) == view(teacher), "a follower on the question", FOLLOW_S,
-                  lambda s=student: (view(s), view(teacher)))
+            until_on_view(student, teacher, "a follower on the question")
             group = step_six(student).get_by_role("radiogroup", name="your answer")
             group.wait_for(timeout=30_000)
             radios.append(group.get_by_role("radio"))
@@ -179,8 +178,7 @@ def test_a_live_class_follows_its_teacher_and_predicts_together(browser, server)
         until(lambda: view(teacher)[1].get("model", "").startswith("uploaded "), "the teacher's uploaded model", 30,
               lambda: view(teacher))
         for student in following:
-            until(lambda s=student: view(s) == view(teacher), "a follower on the teacher's uploaded model", FOLLOW_S,
-                  lambda s=student: (view(s), view(teacher)))
+            until_on_view(student, teacher, "a follower on the teacher's uploaded model")
             assert student.get_by_text("differs from the teacher's").count() == 0
         sidebar(teacher).get_by_text("Your teacher's link").click()  # for the projector's browser
         link = teacher.locator('[data-testid="stPopoverBody"] code').inner_text()

@@ -18,27 +18,37 @@ SIDEBAR = {"seed", "model"}  # tested on their own: a new model changes every pa
 
 
 def settle(page) -> None:
-    """Until the script run that the last action started has finished, and no other has started for a moment."""
-    for pause in (0.5, 0.25):  # a slider sends its value a moment after the key
-        time.sleep(pause)
-        page.wait_for_function(IDLE, timeout=120_000)
+    """Until the script run that the last action started has finished, the main area has stopped changing, and two
+    frames have painted since. A widget registers its link binding in an effect after it first paints, and one that
+    the run remounted (Circuits: two layers' switch remounts when the page's model changes) turns at a key pressed
+    before then but leaves the address as it was: two CI runs lost "show the fast implementation" from the link so,
+    on a machine busy drawing the charts."""
+    time.sleep(0.5)  # a slider sends its value a moment after the key
+    page.wait_for_function(IDLE, timeout=120_000)
+    page.evaluate(QUIET)
+    page.wait_for_function(IDLE, timeout=120_000)
+
+
+QUIET = """() => new Promise(done => {
+    const frames = () => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 0)));
+    const root = document.querySelector('[data-testid="stMain"]');
+    let last = setTimeout(stop, 250);
+    const cap = setTimeout(stop, 10000);  // a page that never stops changing: go on after 10 s
+    const watch = new MutationObserver(() => { clearTimeout(last); last = setTimeout(stop, 250); });
+    function stop() { watch.disconnect(); clearTimeout(last); clearTimeout(cap); frames(); }
+    watch.observe(root, {childList: true, subtree: true, attributes: true, characterData: true});
+})"""
 
 
 def open_expanders(page) -> None:
     """Open every closed expander of the main area, so the widgets inside ("Under the hood") can be reached, and
-    let what they hold mount: a widget registers its link binding in an effect after it first paints, and a key
-    pressed before that changes the widget but not the address (a CI run lost "show the fast implementation" from
-    the link so, on a machine busy drawing the charts)."""
+    let what they hold mount (see settle)."""
     closed = main(page).locator("details:not([open]) > summary")
     opened = closed.count()
     while closed.count():  # the locator is live: an opened one leaves it, so always open the first left
         closed.first.click()
     if opened:
-        page.evaluate(FRAMES)
         settle(page)
-
-
-FRAMES = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 0))))"
 
 
 def main(page):
@@ -68,8 +78,8 @@ def widgets(page) -> dict[str, dict]:
 
 def move_away_from_default(page, label: str, widget: dict) -> None:
     """Set a widget to a value a fresh session does not show: its minimum or first option where the fresh value
-    is another, else its maximum or last option."""
-    scope = main(page)
+    is another, else its maximum or last option; the address must follow."""
+    scope, before = main(page), page.url
     if widget["kind"] == "slider":
         thumb = scope.locator(f'input[type=range][aria-label="{label}"]')
         thumb.focus()
@@ -99,6 +109,10 @@ def move_away_from_default(page, label: str, widget: dict) -> None:
         field.fill(widget["value"] + " again" if field.get_attribute("type") == "text" else "1")
         field.press("Enter")
     settle(page)
+    try:
+        page.wait_for_function("before => location.href !== before", arg=before, timeout=10_000)
+    except Exception:  # noqa: BLE001 (playwright's TimeoutError)
+        raise AssertionError(f"{label!r} moved, and the address stayed {before}") from None
 
 
 def headline(page) -> list[str]:

@@ -34,13 +34,12 @@ def _start(server: int) -> None:
 def run(experiment: Callable, args: tuple):
     """``experiment(*args)`` in the worker process: its result, or its error raised here. A worker that died
     (killed for memory, say) raises ``RuntimeError``, and the next call starts a new one."""
-    with spawning():  # a bare __main__ while the worker may start (``local_workers.spawning``)
-        if not _pools:
-            _pools.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_start,
-                                              initargs=(os.getpid(),)))
-        pool = _pools[0]
     try:
-        with spawning():
+        with spawning():  # a bare __main__ while the worker may start (``local_workers.spawning``)
+            if not _pools:
+                _pools.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=_start, initargs=(os.getpid(),)))
+            pool = _pools[0]
             future = pool.submit(experiment, *args)
         return future.result()
     except BrokenProcessPool as error:
